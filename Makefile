@@ -1,0 +1,54 @@
+# r1-pipeline: every command a user needs. `make help` lists them.
+#   make pipeline                 set up, then run every stage on the tiny CPU default
+#   make stage1 RECIPE=qwen2.5-math-7b RESUME=1
+SHELL := /bin/bash
+RECIPE ?= tiny
+PY := .venv/bin/python
+R1 := .venv/bin/r1
+STAMP := .venv/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+RUN_FLAGS := --recipe $(RECIPE) $(if $(RESUME),--resume) $(if $(RESTART),--restart) $(foreach s,$(SET),--set $(s))
+
+.PHONY: help setup test test-all lint base stage1 stage2 stage3 stage4 distill eval report pipeline status clean
+
+help:
+	@grep -E '^[a-z0-9-]+:.*## ' Makefile | sed 's/:.*## /\t/' | column -t -s $$'\t'
+
+# Creates .venv and installs the pinned CPU set; a no-op when pyproject.toml has not changed.
+setup: $(STAMP) ## create .venv and install (idempotent)
+$(STAMP): pyproject.toml
+	@test -x .venv/bin/python || python3.11 -m venv .venv || python3 -m venv .venv
+	.venv/bin/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@rm -f .venv/.installed-* && touch $@
+
+test: setup ## run the test suite (the CI command; excludes tests marked slow)
+	$(PY) -m pytest -q
+
+test-all: setup ## run every test, slow ones included
+	$(PY) -m pytest -q -m ''
+
+lint: setup ## ruff
+	.venv/bin/ruff check stages data eval tests scripts
+
+base: setup ## build (tiny) or register (real recipes) the base model
+	$(R1) base $(RUN_FLAGS)
+
+stage1 stage2 stage3 stage4 distill: setup ## run one stage (RESUME=1 resumes, RESTART=1 starts over)
+	$(R1) $@ $(RUN_FLAGS)
+
+eval: setup ## evaluate: make eval MODEL=path BENCH=task,gsm8k K=4 LIMIT=20
+	$(R1) eval --recipe $(RECIPE) $(if $(MODEL),--model $(MODEL)) --bench $(or $(BENCH),task) \
+		$(if $(K),--k $(K)) $(if $(LIMIT),--limit $(LIMIT))
+
+status: setup ## print the chain of manifests of runs/$(RECIPE)
+	$(R1) status runs/$(RECIPE)
+
+report: setup ## build the run report (not implemented yet)
+	@echo "make report: the run report is not implemented yet (issue: distillation and the run report)" >&2; exit 2
+
+# Runs every stage that exists so far; stages already complete are skipped.
+pipeline: setup ## set up and run the whole pipeline on the tiny CPU default
+	$(R1) base $(RUN_FLAGS)
+	$(R1) status runs/$(RECIPE)
+
+clean: ## delete runs/ (keeps .venv)
+	rm -rf runs

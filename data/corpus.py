@@ -1,0 +1,51 @@
+"""The tiny base model's pretraining corpus: what pretraining teaches a real base model, in miniature.
+
+A real base model has seen problems answered directly, worked solutions in several languages, and,
+now and then, text that looks like the R1-Zero template. This corpus holds the same kinds of
+documents about the task world (see ``CorpusConfig``). The mix is chosen so that the base model,
+prompted with the R1-Zero template, *sometimes* reasons and sometimes answers directly, and
+reasoning is more often right: that gap is what RL in stage 1 can discover and exploit.
+
+Every document is a (prompt, completion) pair; pretraining puts the loss on the completion only
+(the prompt is a random problem: predicting its digits teaches nothing). Documents are drawn from
+train-split problems only, so the test split never leaks into pretraining.
+"""
+
+from __future__ import annotations
+
+import random
+
+from data.taskworld import TaskWorld, problem_row, sample_problem, split_of, trace
+from data.templates import r1_zero_completion, r1_zero_prompt
+
+DOC_TYPES = ("direct", "worked", "template_reason", "template_direct")
+
+
+def _choose(rng: random.Random, weights: dict[str, float]) -> str:
+    return rng.choices(list(weights), weights=list(weights.values()))[0]
+
+
+def corpus_documents(world: TaskWorld, corpus, n_docs: int, seed: int) -> list[dict]:
+    """``n_docs`` documents ``{"type", "prompt", "completion", "lang"}`` (lang: the trace's, or None)."""
+    shares = {t: getattr(corpus, t) for t in DOC_TYPES}
+    if abs(sum(shares.values()) - 1.0) > 1e-6:
+        raise ValueError(f"corpus shares must sum to 1, got {shares}")
+    rng = random.Random(seed)
+    docs = []
+    while len(docs) < n_docs:
+        p = sample_problem(rng, rng.choice(world.families), world.min_digits, world.max_digits)
+        if split_of(p, world.test_percent) != "train":
+            continue
+        kind = _choose(rng, shares)
+        lang = _choose(rng, corpus.trace_langs) if kind in ("worked", "template_reason") else None
+        if kind == "direct":
+            prompt, completion = f"Question: {p.text}\nAnswer:", f" {p.answer}"
+        elif kind == "worked":
+            prompt, completion = f"Question: {p.text}\nSolution:", " " + trace(p, lang, rng)
+        elif kind == "template_reason":
+            prompt, completion = r1_zero_prompt(p.text), r1_zero_completion(str(p.answer), trace(p, lang, rng))
+        else:
+            prompt, completion = r1_zero_prompt(p.text), r1_zero_completion(str(p.answer), None)
+        docs.append({"type": kind, "prompt": prompt, "completion": completion, "lang": lang,
+                     "id": problem_row(p, "train")["id"]})
+    return docs

@@ -1,0 +1,243 @@
+"""The synthetic verifiable task world of the embedded CPU default.
+
+Three problem families with exact integer gold answers:
+
+- ``add``:   ``What is 347 + 589?``        (operands of ``min_digits``..``max_digits`` digits)
+- ``sub``:   ``What is 589 - 347?``        (the larger operand first, so answers are >= 0)
+- ``expr3``: ``What is 23 + 45 - 17?``     (three operands, two steps, intermediate results >= 0)
+
+Difficulty is the operand length in digits. Each problem also has a worked solution ("trace") that
+computes it digit by digit, with carries and borrows, in English, in Chinese, or switching from one
+to the other midway (the mixed-language chains of thought that R1-Zero is known for). Traces feed the
+tiny base model's pretraining corpus and nothing else: RL and evaluation only see problems and
+gold answers.
+
+Train and test are disjoint *by construction*: a problem's split is a function of its content (a hash
+of its canonical form), not of the seed or of the order of generation, so no seed, size or difficulty
+setting can ever put a test problem in the train split. Generation is deterministic under a seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+
+FAMILIES = ("add", "sub", "expr3")
+TRACE_LANGS = ("en", "zh", "mix")
+
+# The words of a trace, per language. Chinese words are single characters or pairs (each CJK
+# character counts as one word for the language-consistency measure).
+WORDS = {
+    "en": {"write": "write", "carry": "carry", "borrow": "borrow", "get": "get",
+           "first": "first", "then": "then", "answer": "answer", "sep": ", ", "stop": "; ", "colon": ": "},
+    "zh": {"write": "写", "carry": "进", "borrow": "借", "get": "得",
+           "first": "先算", "then": "再算", "answer": "答案", "sep": "，", "stop": "；", "colon": "："},
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    family: str
+    operands: tuple[int, ...]
+    ops: tuple[str, ...]  # len(operands) - 1 operators, each "+" or "-"
+
+    @property
+    def text(self) -> str:
+        expr = str(self.operands[0])
+        for op, x in zip(self.ops, self.operands[1:], strict=True):
+            expr += f" {op} {x}"
+        return f"What is {expr}?"
+
+    @property
+    def answer(self) -> int:
+        value = self.operands[0]
+        for op, x in zip(self.ops, self.operands[1:], strict=True):
+            value = value + x if op == "+" else value - x
+        return value
+
+    @property
+    def canonical(self) -> str:
+        return self.family + ":" + self.text
+
+    @property
+    def id(self) -> str:
+        return f"{self.family}-{hashlib.sha256(self.canonical.encode()).hexdigest()[:12]}"
+
+    @property
+    def digits(self) -> int:
+        return max(len(str(x)) for x in self.operands)
+
+
+def split_of(problem: Problem, test_percent: int) -> str:
+    """'test' for a fixed ``test_percent`` share of all possible problems, chosen by content hash."""
+    bucket = int(hashlib.sha256(("split|" + problem.canonical).encode()).hexdigest(), 16) % 100
+    return "test" if bucket < test_percent else "train"
+
+
+def _operand(rng: random.Random, digits: int) -> int:
+    return rng.randint(10 ** (digits - 1), 10**digits - 1)
+
+
+def sample_problem(rng: random.Random, family: str, min_digits: int, max_digits: int) -> Problem:
+    if family not in FAMILIES:
+        raise ValueError(f"unknown task family {family!r}; known: {', '.join(FAMILIES)}")
+    if family == "add":
+        d1, d2 = rng.randint(min_digits, max_digits), rng.randint(min_digits, max_digits)
+        return Problem("add", (_operand(rng, d1), _operand(rng, d2)), ("+",))
+    if family == "sub":
+        d1, d2 = rng.randint(min_digits, max_digits), rng.randint(min_digits, max_digits)
+        a, b = _operand(rng, d1), _operand(rng, d2)
+        return Problem("sub", (max(a, b), min(a, b)), ("-",))
+    # expr3: one digit shorter operands than the other families (two steps per problem).
+    hi = max(min_digits, max_digits - 1)
+    while True:
+        xs = tuple(_operand(rng, rng.randint(min_digits, hi)) for _ in range(3))
+        ops = (rng.choice("+-"), rng.choice("+-"))
+        p = Problem("expr3", xs, ops)
+        if Problem("expr3", xs[:2], ops[:1]).answer >= 0 and p.answer >= 0:
+            return p
+
+
+@dataclass(frozen=True)
+class TaskWorld:
+    """A deterministic problem set. ``rows(split)`` gives the dataset rows every stage consumes."""
+
+    seed: int
+    families: tuple[str, ...]
+    min_digits: int
+    max_digits: int
+    n_train: int
+    n_test: int
+    test_percent: int
+
+    def __post_init__(self):
+        unknown = [f for f in self.families if f not in FAMILIES]
+        if unknown:
+            raise ValueError(f"unknown task families {unknown}; known: {', '.join(FAMILIES)}")
+        if not 1 <= self.min_digits <= self.max_digits:
+            raise ValueError(f"need 1 <= min_digits <= max_digits, got {self.min_digits}, {self.max_digits}")
+        if not 0 < self.test_percent < 100:
+            raise ValueError(f"test_percent must be in 1..99, got {self.test_percent}")
+
+    def problems(self) -> dict[str, list[Problem]]:
+        rng = random.Random(self.seed)
+        want = {"train": self.n_train, "test": self.n_test}
+        out: dict[str, list[Problem]] = {"train": [], "test": []}
+        seen: set[str] = set()
+        attempts = 0
+        while any(len(out[s]) < want[s] for s in out):
+            attempts += 1
+            if attempts > 100 * (self.n_train + self.n_test) + 10_000:
+                raise ValueError("task world too small for the requested sizes: widen the digit range")
+            p = sample_problem(rng, rng.choice(self.families), self.min_digits, self.max_digits)
+            split = split_of(p, self.test_percent)
+            if p.canonical in seen or len(out[split]) >= want[split]:
+                continue
+            seen.add(p.canonical)
+            out[split].append(p)
+        return out
+
+    def rows(self, split: str) -> list[dict]:
+        if split not in ("train", "test"):
+            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        return [problem_row(p, split) for p in self.problems()[split]]
+
+
+def problem_row(p: Problem, split: str) -> dict:
+    return {
+        "id": p.id,
+        "problem": p.text,
+        "answer": str(p.answer),
+        "split": split,
+        "family": p.family,
+        "difficulty": p.digits,
+        "verifier": "math",
+        "lang": "en",
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Worked solutions (pretraining corpus only)
+# ---------------------------------------------------------------------------------------------
+
+
+def _add_steps(a: int, b: int) -> list[tuple[str, ...]]:
+    """Digit-by-digit addition, least significant first: ('add', expr, digit, carry_out)."""
+    steps, carry = [], 0
+    da, db = str(a)[::-1], str(b)[::-1]
+    for i in range(max(len(da), len(db))):
+        terms = [int(d[i]) for d in (da, db) if i < len(d)] + ([carry] if carry else [])
+        total = sum(terms)
+        carry = total // 10
+        steps.append(("add", "+".join(map(str, terms)) + f"={total}", str(total % 10), carry))
+    if carry:
+        steps.append(("lead", "", str(carry), 0))
+    return steps
+
+
+def _sub_steps(a: int, b: int) -> list[tuple[str, ...]]:
+    """Digit-by-digit subtraction a - b (a >= b): ('sub', expr, digit, borrow_out)."""
+    steps, borrow = [], 0
+    da, db = str(a)[::-1], str(b)[::-1]
+    for i in range(len(da)):
+        top, bot = int(da[i]), int(db[i]) if i < len(db) else 0
+        x = top - borrow
+        prefix = f"{top}-1={x}|" if borrow else ""  # '|' becomes the language's separator
+        borrow = 1 if x < bot else 0
+        steps.append(("sub", prefix + f"{x + 10 * borrow}-{bot}={x + 10 * borrow - bot}",
+                      str(x + 10 * borrow - bot), borrow))
+    return steps
+
+
+def _render_steps(steps, lang_of_step) -> str:
+    """Join digit steps into text; each step (and the separator after it) in its own language."""
+    out = ""
+    for i, (kind, expr, digit, flag) in enumerate(steps):
+        w, en = WORDS[lang_of_step(i)], lang_of_step(i) == "en"
+        if kind == "lead":  # the final carry becomes the leading digit
+            text = f"{w['write']} {digit}" if en else f"{w['write']}{digit}"
+        else:
+            expr = expr.replace("|", w["sep"])
+            text = f"{expr} {w['write']} {digit}" if en else f"{expr}{w['write']}{digit}"
+            if flag:
+                word = w["carry"] if kind == "add" else w["borrow"]
+                text += f" {word} 1" if en else f"{word}1"
+        out += text + (w["sep"] if i < len(steps) - 1 else "")
+    return out
+
+
+def trace(p: Problem, lang: str, rng: random.Random) -> str:
+    """A worked solution of ``p`` in ``lang`` ('en', 'zh', or 'mix': switches language midway)."""
+    if lang not in TRACE_LANGS:
+        raise ValueError(f"unknown trace language {lang!r}; known: {TRACE_LANGS}")
+    # A list of (operation a op b) steps: one for add/sub, two for expr3.
+    ops, value = [], p.operands[0]
+    for op, x in zip(p.ops, p.operands[1:], strict=True):
+        ops.append((value, op, x))
+        value = value + x if op == "+" else value - x
+    n_digit_steps = sum(len(str(max(a, b))) + 1 for a, _, b in ops)
+    if lang == "mix":
+        first = rng.choice(("en", "zh"))
+        switch_at = rng.randint(1, max(1, n_digit_steps - 1))
+        langs = [first if i < switch_at else ("zh" if first == "en" else "en") for i in range(n_digit_steps)]
+    else:
+        langs = [lang] * n_digit_steps
+
+    pieces, k = [], 0
+    for j, (a, op, b) in enumerate(ops):
+        steps = _add_steps(a, b) if op == "+" else _sub_steps(a, b)
+        result = a + b if op == "+" else a - b
+        base = k
+        body = _render_steps(steps, lambda i, base=base: langs[min(base + i, len(langs) - 1)])
+        k += len(steps)
+        if len(ops) > 1:
+            w = WORDS[langs[min(base, len(langs) - 1)]]
+            head = w["first"] if j == 0 else w["then"]
+            we = WORDS[langs[min(k, len(langs) - 1)]]
+            sp = " " if we is WORDS["en"] else ""
+            body = f"{head} {a}{op}{b}{w['colon']}{body}{we['sep']}{we['get']}{sp}{result}"
+        pieces.append(body)
+    w_end = WORDS[langs[-1]]
+    sp = " " if w_end is WORDS["en"] else ""
+    return w_end["stop"].join(pieces) + f"{w_end['stop']}{w_end['answer']}{sp}{p.answer}"

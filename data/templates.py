@@ -1,0 +1,81 @@
+"""Prompt templates and the tag vocabulary every stage shares.
+
+The R1-Zero template is the text of DeepSeek-R1's Table 1 with the user's problem in place of
+``prompt``. Stage 1 uses it as a plain-text prompt on a *base* model (no chat template), exactly as
+the paper does. Later stages speak through the tokenizer's chat template.
+"""
+
+from __future__ import annotations
+
+import re
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+TAGS = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)
+
+# DeepSeek-R1, Table 1 (verbatim, with {problem} for "prompt").
+R1_ZERO_TEMPLATE = (
+    "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. "
+    "The assistant first thinks about the reasoning process in the mind and then provides the user with "
+    "the answer. The reasoning process and answer are enclosed within <think> </think> and <answer> "
+    "</answer> tags, respectively, i.e., <think> reasoning process here </think> <answer> answer here "
+    "</answer>. User: {problem}. Assistant:"
+)
+
+
+def r1_zero_prompt(problem: str) -> str:
+    """The R1-Zero prompt for one problem. Table 1 ends the user's turn with '.'; a problem that already
+    ends in '?', '.' or '!' keeps its own mark instead of getting a second one."""
+    problem = problem.strip()
+    text = R1_ZERO_TEMPLATE.format(problem=problem)
+    return text.replace(problem + ". Assistant:", problem + " Assistant:") if problem[-1:] in "?.!" else text
+
+
+def r1_zero_completion(answer: str, reasoning: str | None) -> str:
+    """A completion in the R1-Zero format; ``reasoning=None`` answers without a think block."""
+    if reasoning is None:
+        return f" {ANSWER_OPEN} {answer} {ANSWER_CLOSE}"
+    return f" {THINK_OPEN} {reasoning} {THINK_CLOSE} {ANSWER_OPEN} {answer} {ANSWER_CLOSE}"
+
+
+# A ChatML template with `{% generation %}` markers around the assistant turn, so TRL's
+# `assistant_only_loss=True` can mask everything but the assistant's tokens. Transformers renders
+# chat templates with trim_blocks, so a newline right after a block tag is eaten: newlines are
+# written as explicit '\n' strings.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' }}"
+    "{% if message['role'] == 'assistant' %}"
+    "{% generation %}{{ message['content'] + '<|im_end|>' }}{% endgeneration %}"
+    "{% else %}"
+    "{{ message['content'] + '<|im_end|>' }}"
+    "{% endif %}"
+    "{{ '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+# -- Reading a completion in the R1 format ---------------------------------------------------------
+
+_WELL_FORMED = re.compile(r"^\s*<think>(?P<think>.*?)</think>\s*<answer>(?P<answer>.*?)</answer>\s*$", re.S)
+
+
+def think_text(completion: str) -> str | None:
+    """The chain of thought: the text inside the first <think> block (to the end if never closed);
+    None when the completion has no <think>."""
+    start = completion.find(THINK_OPEN)
+    if start < 0:
+        return None
+    body = completion[start + len(THINK_OPEN) :]
+    end = body.find(THINK_CLOSE)
+    return body if end < 0 else body[:end]
+
+
+def is_well_formed(completion: str) -> bool:
+    """Exactly one non-empty <think>…</think> followed by one non-empty <answer>…</answer>, and
+    nothing else around them (the R1-Zero format the format reward asks for)."""
+    m = _WELL_FORMED.match(completion)
+    if not m or not m["think"].strip() or not m["answer"].strip():
+        return False
+    return all(completion.count(tag) == 1 for tag in TAGS)

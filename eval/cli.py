@@ -1,0 +1,88 @@
+"""``r1 eval``: evaluate a model on the task world's test split and/or real benchmarks.
+
+Writes ``results.json`` (one summary per benchmark, with the protocol) and ``samples.jsonl`` (every
+graded sample) into the output folder; a crashed run resumes from the samples already written.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+from eval.benchmarks import load_benchmark
+from eval.generate import make_sampler
+from eval.runner import evaluate_rows
+from stages.common import load_model_and_tokenizer, pick_device
+from stages.manifest import MANIFEST_NAME, Manifest, atomic_write_json, now
+from stages.recipe import load_recipe
+
+log = logging.getLogger("r1")
+
+
+def latest_model(recipe) -> str:
+    """The checkpoint of the furthest complete stage of the recipe's run."""
+    from stages.cli import PIPELINE_ORDER
+    from stages.runner import model_ref
+
+    for stage in reversed(PIPELINE_ORDER):
+        path = recipe.stage_dir(stage) / MANIFEST_NAME
+        if path.exists():
+            m = Manifest.load(path)
+            if m.status == "complete":
+                return model_ref(m)
+    raise FileNotFoundError(f"no complete stage under {recipe.stage_dir('base').parent}; run `make base` "
+                            "first or pass --model")
+
+
+def benchmark_rows(name: str, recipe, limit: int | None, data_dir: str | None) -> list[dict]:
+    if name == "task":
+        from stages.base import task_world
+
+        return task_world(recipe).rows("test")[: limit or recipe.eval.task_test_limit]
+    return load_benchmark(name, data_dir=data_dir, limit=limit)
+
+
+def run_eval(args) -> int:
+    from stages.runner import setup_logging
+
+    setup_logging()
+    recipe = load_recipe(args.recipe, args.overrides)
+    cfg = recipe.eval
+    if args.k:
+        cfg.k = args.k
+    if args.backend:
+        cfg.backend = args.backend
+    ref = args.model or latest_model(recipe)
+    local = Path(ref).is_dir()
+    out = Path(args.out) if args.out else (
+        Path(ref) / "eval" if local else recipe.stage_dir("eval") / re.sub(r"[^A-Za-z0-9_.-]+", "_", ref))
+    benches = [b.strip() for b in args.bench.split(",") if b.strip()]
+    data_dir = args.benchmarks_dir or cfg.benchmarks_dir
+    rows_by_bench = {b: benchmark_rows(b, recipe, args.limit or (cfg.benchmark_limit if b != "task" else None),
+                                       data_dir) for b in benches}  # load all first: fail before the model
+
+    if cfg.backend == "vllm":
+        from transformers import AutoTokenizer
+
+        model = None
+        tokenizer = AutoTokenizer.from_pretrained(ref, trust_remote_code=recipe.trust_remote_code)
+    else:
+        model, tokenizer = load_model_and_tokenizer(ref, device=pick_device(recipe.device),
+                                                    trust_remote_code=recipe.trust_remote_code)
+    sampler = make_sampler(cfg.backend, model=model, tokenizer=tokenizer, model_path=ref, seed=recipe.seed,
+                           batch_size=cfg.batch_size, trust_remote_code=recipe.trust_remote_code)
+    results = {"model": ref, "protocol": {"k": cfg.k, "temperature": cfg.temperature, "top_p": cfg.top_p,
+                                          "max_new_tokens": cfg.max_new_tokens,
+                                          "prompt_template": cfg.prompt_template},
+               "benchmarks": {}, "written_at": None}
+    for bench, rows in rows_by_bench.items():
+        log.info("eval: %s, %d problems × %d samples", bench, len(rows), cfg.k)
+        summary = evaluate_rows(sampler, tokenizer, rows, cfg=cfg, seed=recipe.seed, out_dir=out, name=bench)
+        results["benchmarks"][bench] = summary
+        log.info("eval: %s pass@1 %.3f cons@%d %.3f pass@%d %.3f", bench, summary["pass@1"], cfg.k,
+                 summary[f"cons@{cfg.k}"], cfg.k, summary[f"pass@{cfg.k}"])
+    results["written_at"] = now()
+    atomic_write_json(out / "results.json", results)
+    print(f"results: {out / 'results.json'}\nsamples: {out / 'samples.jsonl'}")
+    return 0

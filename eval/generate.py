@@ -1,0 +1,112 @@
+"""Batched sampling with the KV cache through transformers (the CPU path; vLLM is in eval/vllm_backend).
+
+One function, used by evaluation and by rejection sampling, so that both sample the same way.
+"""
+
+from __future__ import annotations
+
+import torch
+from tqdm.auto import tqdm
+
+
+@torch.inference_mode()
+def sample(
+    model,
+    tokenizer,
+    prompts: list[str],
+    *,
+    n: int,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: int,
+    batch_size: int,
+    seed: int,
+    desc: str = "sampling",
+    progress: bool = True,
+) -> list[list[dict]]:
+    """``n`` completions per prompt: ``[[{"text", "num_tokens", "truncated"}, …n], …prompts]``.
+
+    Prompts are repeated ``n`` times and generated in batches of ``batch_size`` sequences, left-padded
+    (a decoder-only model continues from the last position, so padding must be on the left).
+    ``temperature == 0`` means greedy decoding. Special tokens are skipped in the text (as TRL does);
+    the reasoning tags are ordinary tokens and survive.
+    """
+    torch.manual_seed(seed)
+    tokenizer.padding_side = "left"
+    flat = [p for p in prompts for _ in range(n)]
+    out: list[dict] = []
+    eos_id = tokenizer.eos_token_id
+    was_training = model.training
+    model.eval()
+    bar = tqdm(total=len(flat), desc=desc, disable=not progress, unit="seq")
+    for start in range(0, len(flat), batch_size):
+        chunk = flat[start : start + batch_size]
+        enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+        gen = model.generate(
+            **enc,
+            do_sample=temperature > 0,
+            temperature=temperature if temperature > 0 else None,
+            top_p=top_p if temperature > 0 else None,
+            top_k=0 if temperature > 0 else None,  # transformers defaults top_k to 50: the protocol has none
+            max_new_tokens=max_new_tokens,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=eos_id,
+        )
+        new = gen[:, enc["input_ids"].shape[1] :]  # (batch, ≤ max_new_tokens): completion tokens only
+        for row in new:
+            ended = (row == eos_id).nonzero()
+            length = int(ended[0]) + 1 if len(ended) else len(row)
+            out.append({
+                "text": tokenizer.decode(row[:length], skip_special_tokens=True),
+                "num_tokens": length,
+                "truncated": not len(ended),
+            })
+        bar.update(len(chunk))
+    bar.close()
+    model.train(was_training)
+    return [out[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+
+class VLLMSampler:
+    """The same contract as :func:`sample`, through vLLM's offline engine (GPU machines only).
+
+    ``tensor_parallel_size`` shards one model over GPUs; for data parallelism run one sampler per
+    GPU group (vLLM's ``data_parallel_size`` where the installed version has it).
+    """
+
+    def __init__(self, model_path: str, *, seed: int, tensor_parallel_size: int = 1,
+                 trust_remote_code: bool = False):
+        try:
+            from vllm import LLM
+        except ImportError:
+            raise RuntimeError("the vLLM backend was requested but vllm is not installed; "
+                               "on a GPU machine: pip install -e '.[gpu]'") from None
+        self.llm = LLM(model=model_path, tensor_parallel_size=tensor_parallel_size, seed=seed,
+                       trust_remote_code=trust_remote_code)
+
+    def __call__(self, prompts: list[str], *, n: int, temperature: float, top_p: float, max_new_tokens: int,
+                 seed: int, **_) -> list[list[dict]]:
+        from vllm import SamplingParams
+
+        params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens,
+                                seed=seed, skip_special_tokens=True)
+        return [
+            [{"text": c.text, "num_tokens": len(c.token_ids), "truncated": c.finish_reason == "length"}
+             for c in request.outputs]
+            for request in self.llm.generate(prompts, params)
+        ]
+
+
+def make_sampler(backend: str, *, model=None, tokenizer=None, model_path: str | None = None, seed: int = 0,
+                 batch_size: int = 64, tensor_parallel_size: int = 1, trust_remote_code: bool = False):
+    """A function ``(prompts, n=, temperature=, top_p=, max_new_tokens=, seed=, desc=) -> completions``."""
+    if backend == "vllm":
+        return VLLMSampler(model_path, seed=seed, tensor_parallel_size=tensor_parallel_size,
+                           trust_remote_code=trust_remote_code)
+    if backend != "transformers":
+        raise ValueError(f"unknown generation backend {backend!r} (transformers or vllm)")
+
+    def transformers_sampler(prompts, **kw):
+        return sample(model, tokenizer, prompts, batch_size=batch_size, **kw)
+
+    return transformers_sampler

@@ -1,0 +1,194 @@
+"""The base stage: the model every later stage starts from.
+
+Real recipes name a pretrained model (``base.pretrained``): the stage loads nothing heavy, and only
+records the model (hub id or local path, with file hashes when local) in its manifest.
+
+The tiny CPU default *builds* its base model: a Qwen2 architecture of about a million parameters,
+a byte-level BPE tokenizer with single-digit tokens, pretrained for a few minutes on the synthetic
+corpus of ``data/corpus.py``. The result is an ordinary transformers checkpoint (``save_pretrained``),
+loaded by every later stage through the same code that loads real models.
+
+Deviation from a real pretraining run: the loss is on the document's completion only, and documents
+are padded per batch rather than packed (packing documents of different lengths into fixed rows
+biased the model towards reasoning in an earlier experiment, see shared/NOTES.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import shutil
+import time
+from pathlib import Path
+
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from data.corpus import corpus_documents
+from data.taskworld import TaskWorld
+from data.templates import r1_zero_prompt
+from data.tokenizer import build_tokenizer
+from eval.generate import make_sampler
+from eval.runner import evaluate_rows
+from stages.common import set_seed
+
+log = logging.getLogger("r1")
+
+
+def task_world(recipe) -> TaskWorld:
+    if recipe.task_world is None:
+        raise ValueError(f"recipe {recipe.name!r} has no task_world section")
+    tw = recipe.task_world
+    return TaskWorld(seed=tw.seed, families=tuple(tw.families), min_digits=tw.min_digits,
+                     max_digits=tw.max_digits, n_train=tw.n_train, n_test=tw.n_test,
+                     test_percent=tw.test_percent)
+
+
+def build_tiny_model(arch, vocab_size: int, eos_id: int) -> Qwen2ForCausalLM:
+    config = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=arch.hidden_size,
+        num_hidden_layers=arch.num_hidden_layers,
+        num_attention_heads=arch.num_attention_heads,
+        num_key_value_heads=arch.num_key_value_heads,
+        intermediate_size=arch.intermediate_size,
+        max_position_embeddings=arch.max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=eos_id,
+        eos_token_id=eos_id,
+        pad_token_id=eos_id,
+    )
+    return Qwen2ForCausalLM(config)
+
+
+def _batch(docs_ids: list[tuple[list[int], list[int]]], pad_id: int):
+    """Right-pad a batch of (prompt_ids, completion_ids) rows; labels are -100 outside completions."""
+    width = max(len(p) + len(c) for p, c in docs_ids)
+    input_ids = torch.full((len(docs_ids), width), pad_id, dtype=torch.long)      # (B, T)
+    labels = torch.full((len(docs_ids), width), -100, dtype=torch.long)           # (B, T)
+    attention = torch.zeros((len(docs_ids), width), dtype=torch.long)             # (B, T)
+    for i, (p, c) in enumerate(docs_ids):
+        ids = p + c
+        input_ids[i, : len(ids)] = torch.tensor(ids)
+        labels[i, len(p) : len(ids)] = torch.tensor(c)  # loss on the completion (and its EOS) only
+        attention[i, : len(ids)] = 1
+    return input_ids, labels, attention
+
+
+def pretrain_tiny(recipe, log=print):
+    """Build tokenizer + model and pretrain them; returns (model, tokenizer, stats)."""
+    cfg = recipe.base
+    set_seed(recipe.seed)
+    world = task_world(recipe)
+    n_docs = cfg.pretrain.steps * cfg.pretrain.batch_size
+    t0 = time.time()
+    docs = corpus_documents(world, cfg.corpus, n_docs, seed=recipe.seed)
+    tokenizer = build_tokenizer((d["prompt"] + d["completion"] for d in docs[:20_000]),
+                                vocab_size=cfg.architecture.tokenizer_vocab_size)
+    eos = tokenizer.eos_token_id
+    prompts = tokenizer([d["prompt"] for d in docs], add_special_tokens=False)["input_ids"]
+    completions = tokenizer([d["completion"] for d in docs], add_special_tokens=False)["input_ids"]
+    rows = [(p, c + [eos]) for p, c in zip(prompts, completions, strict=True)]
+    longest = max(len(p) + len(c) for p, c in rows)
+    if longest > cfg.architecture.max_position_embeddings:
+        raise ValueError(f"a corpus document has {longest} tokens, more than "
+                         f"base.architecture.max_position_embeddings={cfg.architecture.max_position_embeddings}")
+    log(f"corpus: {n_docs} documents, {sum(len(p) + len(c) for p, c in rows) / n_docs:.1f} tokens each, "
+        f"vocab {len(tokenizer)}, built in {time.time() - t0:.1f}s")
+
+    model = build_tiny_model(cfg.architecture, len(tokenizer), eos)
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"model: Qwen2 {n_params / 1e6:.2f}M parameters")
+    pt = cfg.pretrain
+    opt = torch.optim.AdamW(model.parameters(), lr=pt.learning_rate, weight_decay=pt.weight_decay,
+                            betas=(0.9, 0.95))
+
+    def lr_at(step: int) -> float:  # linear warmup, then cosine decay to min_lr_ratio
+        if step < pt.warmup_steps:
+            return pt.learning_rate * (step + 1) / pt.warmup_steps
+        progress = (step - pt.warmup_steps) / max(1, pt.steps - pt.warmup_steps)
+        return pt.learning_rate * (pt.min_lr_ratio + (1 - pt.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+    # Batches of similar length (little padding), in random order; each document is seen once.
+    rng = random.Random(recipe.seed)
+    by_length = sorted(range(len(rows)), key=lambda i: (len(rows[i][0]) + len(rows[i][1]), rng.random()))
+    batches = [by_length[i : i + pt.batch_size] for i in range(0, len(by_length), pt.batch_size)]
+    rng.shuffle(batches)
+    losses = []
+    model.train()
+    t_train = time.time()
+    for step in range(pt.steps):
+        input_ids, labels, attention = _batch([rows[i] for i in batches[step]], eos)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=pt.bf16_autocast):
+            loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        if (step + 1) % pt.log_every == 0 or step == 0:
+            log(f"step {step + 1}/{pt.steps} loss {loss.item():.4f} lr {lr_at(step):.2e} "
+                f"({time.time() - t_train:.0f}s)")
+    stats = {
+        "parameters": n_params,
+        "vocab_size": len(tokenizer),
+        "corpus_documents": n_docs,
+        "corpus_doc_types": {t: sum(d["type"] == t for d in docs) for t in ("direct", "worked", "template_reason", "template_direct")},
+        "loss_first": losses[0],
+        "loss_last_avg": sum(losses[-20:]) / len(losses[-20:]),
+        "loss_curve": losses[:: max(1, len(losses) // 50)],
+        "pretrain_seconds": time.time() - t_train,
+    }
+    return model, tokenizer, stats
+
+
+def check_tokenizer_round_trip(checkpoint: Path, sample_text: str) -> None:
+    """Reload the saved tokenizer the way every later stage will, and insist it round-trips a prompt
+    (a tokenizer reloaded as another class can silently drop spaces)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(checkpoint)
+    back = tok.decode(tok(sample_text, add_special_tokens=False)["input_ids"])
+    if back != sample_text:
+        raise RuntimeError(f"tokenizer saved in {checkpoint} does not round-trip: {sample_text!r} → {back!r}")
+
+
+def run(ctx) -> Path | str:
+    """Stage body (see stages/runner.py): register a pretrained base, or build the tiny one."""
+    recipe, m = ctx.recipe, ctx.manifest
+    if recipe.base.pretrained:
+        ref = recipe.base.pretrained
+        log.info("base: registering pretrained model %s", ref)
+        m.set_input_model(ref)
+        return ref
+
+    model, tokenizer, stats = pretrain_tiny(recipe, log=log.info)
+    m.add_input_data("synthetic_corpus", "data/corpus.py (procedural, train-split problems only)",
+                     rows_used=stats["corpus_documents"])
+    m.update_metrics(pretrain=stats)
+
+    # Save to a temporary folder, then rename: a crash never leaves a half-written checkpoint.
+    checkpoint = ctx.dir / "checkpoint"
+    tmp = ctx.dir / ".checkpoint.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    tmp.rename(checkpoint)
+    check_tokenizer_round_trip(checkpoint, r1_zero_prompt("What is 347 + 589?") + " <think> 7+9=16，写6")
+
+    world = task_world(recipe)
+    rows = world.rows("test")[: recipe.eval.task_test_limit]
+    log.info("base: probing %d held-out problems × %d samples at temperature %.1f under the R1-Zero template",
+             len(rows), recipe.eval.k, recipe.base.probe_temperature)
+    sampler = make_sampler("transformers", model=model, tokenizer=tokenizer, batch_size=recipe.eval.batch_size)
+    summary = evaluate_rows(sampler, tokenizer, rows, cfg=recipe.eval, seed=recipe.seed, out_dir=ctx.dir / "probe",
+                            name="task_test", temperature=recipe.base.probe_temperature)
+    m.update_metrics(probe=summary)
+    log.info("base probe: pass@1 %.3f, think %.2f, language mix %.2f, mean length %.1f tokens",
+             summary["pass@1"], summary["think_rate"], summary["language_mix_rate"] or 0.0,
+             summary["mean_length_tokens"])
+    return checkpoint

@@ -1,0 +1,147 @@
+"""The ``r1`` command: one entry point for every stage, evaluation and status.
+
+    r1 base   --recipe tiny                       build (tiny) or register (real) the base model
+    r1 stage1 --recipe tiny [--set k=v …] [--resume | --restart]
+    r1 eval   --model PATH_OR_ID --bench task,gsm8k --k 4 [--limit N]
+    r1 status [RUN_DIR]
+
+The Makefile calls these; ``make stage1 RECIPE=qwen2.5-math-7b RESUME=1`` is ``r1 stage1 --recipe
+qwen2.5-math-7b --resume``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from stages.manifest import MANIFEST_NAME, Manifest, ManifestError
+from stages.recipe import RecipeError, load_recipe
+
+# stage name → (module, parent stage); stages of later milestones are listed so that asking for
+# them says so plainly instead of failing obscurely.
+STAGES = {
+    "base": ("stages.base", None),
+    "stage1": ("stages.stage1_zero", "base"),
+    "stage2": ("stages.stage2_cold_start", "base"),
+    "stage3": ("stages.stage3_reasoning_rl", "stage2"),
+    "stage4": ("stages.stage4_final", "stage3"),
+    "distill": ("stages.distill", "stage4"),
+}
+PIPELINE_ORDER = list(STAGES)
+
+
+def _stage_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--recipe", default="tiny", help="recipe name under recipes/ or a YAML path (default: tiny)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a recipe field, e.g. --set stage1.learning_rate=5e-5 (repeatable)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--resume", action="store_true",
+                   help="resume an incomplete run (the default when one exists)")
+    g.add_argument("--restart", action="store_true", help="discard any existing run of this stage and start over")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="r1", description="DeepSeek-R1 pipeline")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in STAGES:
+        _stage_args(sub.add_parser(name, help=f"run the {name} stage"))
+
+    ev = sub.add_parser("eval", help="evaluate a model on benchmarks and/or the task world")
+    ev.add_argument("--model", help="checkpoint folder or hub id (default: the recipe's latest complete stage)")
+    ev.add_argument("--bench", default="task", help="comma-separated: task,gsm8k,math500,aime24,aime25,amc23,cmath,mgsm")
+    ev.add_argument("--k", type=int, help="samples per problem (default: recipe eval.k)")
+    ev.add_argument("--limit", type=int, help="problems per benchmark (default: all; task: eval.task_test_limit)")
+    ev.add_argument("--out", help="output folder (default: <model>/eval, or runs/<recipe>/eval/<id>)")
+    ev.add_argument("--benchmarks-dir", help="local benchmark files (default: $R1_BENCHMARKS_DIR, else the hub)")
+    ev.add_argument("--backend", choices=["transformers", "vllm"])
+    ev.add_argument("--recipe", default="tiny")
+    ev.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+
+    st = sub.add_parser("status", help="print the chain of stage manifests of a run")
+    st.add_argument("run_dir", nargs="?", help="runs/<recipe> (default: runs/tiny)")
+    return parser
+
+
+def cmd_stage(args) -> int:
+    import importlib
+
+    from stages.runner import run_stage, setup_logging
+
+    setup_logging()
+    recipe = load_recipe(args.recipe, args.overrides)
+    module_name, parent = STAGES[args.command]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name != module_name:
+            raise
+        print(f"r1 {args.command}: this stage is not implemented yet (no module {module_name}). "
+              f"Stages available: {', '.join(s for s, (m, _) in STAGES.items() if _module_exists(m))}.",
+              file=sys.stderr)
+        return 2
+    run_stage(recipe, args.command, module.run, parent_stage=parent, restart=args.restart)
+    return 0
+
+
+def _module_exists(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def cmd_status(args) -> int:
+    run_dir = Path(args.run_dir) if args.run_dir else load_recipe("tiny").stage_dir("x").parent
+    if not run_dir.is_dir():
+        print(f"{run_dir}: no such run folder", file=sys.stderr)
+        return 1
+    print(f"run {run_dir}")
+    for stage in PIPELINE_ORDER + ["eval"]:
+        path = run_dir / stage / MANIFEST_NAME
+        if not path.exists():
+            print(f"  {stage:8s} —")
+            continue
+        try:
+            m = Manifest.load(path)
+        except ManifestError as e:
+            print(f"  {stage:8s} UNREADABLE: {e}")
+            continue
+        bad = m.verify_checkpoint() if m.status == "complete" else []
+        metrics = m.data.get("metrics", {})
+        probe = metrics.get("probe") or metrics.get("eval_after") or {}
+        extra = f" pass@1={probe['pass@1']:.3f}" if "pass@1" in probe else ""
+        wall = f" {metrics['wall_seconds']:.0f}s" if "wall_seconds" in metrics else ""
+        resumes = f" resumed×{len(m.data.get('resumes', []))}" if m.data.get("resumes") else ""
+        state = m.status + (" (CHECKPOINT CHANGED)" if bad else "")
+        print(f"  {stage:8s} {state:9s}{wall}{extra}{resumes}  {m.checkpoint or m.data['output'].get('model_ref') or ''}")
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from eval.cli import run_eval
+
+    return run_eval(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "status":
+            return cmd_status(args)
+        if args.command == "eval":
+            return cmd_eval(args)
+        return cmd_stage(args)
+    except (RecipeError, ManifestError, FileNotFoundError, ValueError) as e:
+        print(f"r1 {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"r1 {args.command}: interrupted; run it again to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["main", "build_parser", "STAGES", "json"]

@@ -1,0 +1,50 @@
+"""Small helpers every stage shares: seeding, device choice, model loading, resource figures."""
+
+from __future__ import annotations
+
+import os
+import random
+import resource
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def set_seed(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def pick_device(setting: str) -> torch.device:
+    if setting == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if setting == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("recipe asks for device 'cuda' but no CUDA device is visible")
+    return torch.device(setting)
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def cpu_threads() -> int:
+    return torch.get_num_threads()
+
+
+def load_model_and_tokenizer(path_or_id: str, *, device: torch.device, trust_remote_code: bool, dtype=None):
+    """Load a causal LM and its tokenizer from a local checkpoint or hub id (never fetches remote code
+    unless the recipe sets ``trust_remote_code``)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not Path(path_or_id).exists() and os.environ.get("HF_HUB_OFFLINE") == "1":
+        raise FileNotFoundError(f"model {path_or_id!r}: no such local path, and the hub is offline")
+    tokenizer = AutoTokenizer.from_pretrained(path_or_id, trust_remote_code=trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(
+        path_or_id, trust_remote_code=trust_remote_code, dtype=dtype or "auto"
+    ).to(device)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer

@@ -1,0 +1,277 @@
+"""Stage manifests: one ``manifest.json`` per stage run, the links of the pipeline's chain.
+
+A manifest says what a stage ran on (resolved recipe and hash, parent manifest and hash, input model
+and data), what it produced (checkpoint with file hashes, metrics), how (library versions, git
+commit, device) and when (start/end, every resume). Its ``status`` is ``running`` while the stage
+works, ``complete`` only after the checkpoint is fully written and hashed, ``failed`` after an error.
+
+Every write is atomic (write a temporary file in the same folder, fsync, rename), so a crash leaves
+either the previous manifest or the new one, never half of one; and since ``complete`` is written
+last, a killed stage can never look complete.
+
+A child stage calls :func:`require_parent`, which refuses a parent that is missing, unreadable,
+of the wrong stage, not complete, or whose checkpoint no longer matches its recorded hashes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import socket
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+STATUSES = ("running", "complete", "failed")
+LIBRARIES = ("torch", "transformers", "trl", "peft", "datasets", "accelerate", "math-verify", "vllm", "deepspeed")
+
+
+class ManifestError(RuntimeError):
+    """A manifest is missing, unreadable, or not fit to build on; the message says what to run."""
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the new one, never a mix."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, ensure_ascii=False) + "\n")
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def hash_checkpoint(directory: Path) -> dict[str, str]:
+    """sha256 of every file in a checkpoint folder (relative path → hash), hidden files excluded."""
+    directory = Path(directory)
+    return {
+        str(p.relative_to(directory)): sha256_file(p)
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(directory).parts)
+    }
+
+
+def library_versions() -> dict[str, str | None]:
+    out = {}
+    for lib in LIBRARIES:
+        try:
+            out[lib] = metadata.version(lib)
+        except metadata.PackageNotFoundError:
+            out[lib] = None
+    out["python"] = platform.python_version()
+    return out
+
+
+def git_commit() -> str | None:
+    try:
+        repo = Path(__file__).resolve().parents[1]
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
+                             timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return (sha + ("-dirty" if dirty else "")) or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def device_info() -> dict[str, Any]:
+    import torch
+
+    info = {"host": socket.gethostname(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available()}
+    if torch.cuda.is_available():
+        info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return info
+
+
+@dataclass
+class Manifest:
+    """A stage run's manifest, backed by ``<stage_dir>/manifest.json``."""
+
+    path: Path
+    data: dict[str, Any]
+
+    # -- creation / loading -------------------------------------------------------------------
+
+    @classmethod
+    def start(cls, stage_dir: Path, stage: str, recipe, parent: Manifest | None = None,
+              resumed: bool = False) -> Manifest:
+        """Begin (or resume) a stage run: status ``running``, with recipe, parent and environment."""
+        path = Path(stage_dir) / MANIFEST_NAME
+        previous = cls.load(path) if resumed and path.exists() else None
+        data = {
+            "schema_version": SCHEMA_VERSION,
+            "stage": stage,
+            "status": "running",
+            "recipe_name": recipe.name,
+            "recipe": recipe.to_dict(),
+            "recipe_hash": recipe.hash(),
+            "parent": None if parent is None else {
+                "path": str(parent.path),
+                "stage": parent.stage,
+                "manifest_sha256": sha256_file(parent.path),
+                "checkpoint": parent.data.get("output", {}).get("checkpoint"),
+            },
+            "inputs": {"model": None, "data": []},
+            "output": {"checkpoint": None, "files": {}},
+            "metrics": {},
+            "libraries": library_versions(),
+            "git_commit": git_commit(),
+            "device": device_info(),
+            "started_at": now(),
+            "ended_at": None,
+            "error": None,
+            "resumes": [],
+        }
+        if previous is not None:  # keep the original start and the history; record this resume
+            data["started_at"] = previous.data.get("started_at", data["started_at"])
+            data["resumes"] = previous.data.get("resumes", []) + [{"at": now(), "from_status": previous.status}]
+            data["metrics"] = previous.data.get("metrics", {})
+            data["inputs"] = previous.data.get("inputs", data["inputs"])
+        m = cls(path, data)
+        m.save()
+        return m
+
+    @classmethod
+    def load(cls, path: Path) -> Manifest:
+        path = Path(path)
+        if path.is_dir():
+            path = path / MANIFEST_NAME
+        if not path.is_file():
+            raise ManifestError(f"{path}: no manifest")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ManifestError(f"{path}: manifest is not valid JSON ({e}); re-run that stage") from None
+        if not isinstance(data, dict):
+            raise ManifestError(f"{path}: manifest is not a JSON object; re-run that stage")
+        for key in ("schema_version", "stage", "status"):
+            if key not in data:
+                raise ManifestError(f"{path}: manifest has no {key!r} field; re-run that stage")
+        if data["schema_version"] != SCHEMA_VERSION:
+            raise ManifestError(f"{path}: schema_version {data['schema_version']} is not {SCHEMA_VERSION}")
+        if data["status"] not in STATUSES:
+            raise ManifestError(f"{path}: unknown status {data['status']!r}")
+        return cls(path, data)
+
+    # -- accessors ----------------------------------------------------------------------------
+
+    @property
+    def stage(self) -> str:
+        return self.data["stage"]
+
+    @property
+    def status(self) -> str:
+        return self.data["status"]
+
+    @property
+    def checkpoint(self) -> str | None:
+        return self.data["output"]["checkpoint"]
+
+    # -- updates (each one saved atomically) ----------------------------------------------------
+
+    def save(self) -> None:
+        atomic_write_json(self.path, self.data)
+
+    def set_input_model(self, ref: str) -> None:
+        p = Path(ref)
+        self.data["inputs"]["model"] = {"ref": ref, "local": p.exists(),
+                                        "files": hash_checkpoint(p) if p.is_dir() else None}
+        self.save()
+
+    def add_input_data(self, name: str, source: str, rows_used: int, skipped: dict[str, int] | None = None,
+                       sha256: str | None = None) -> None:
+        self.data["inputs"]["data"] = [d for d in self.data["inputs"]["data"] if d["name"] != name] + [{
+            "name": name, "source": source, "sha256": sha256, "rows_used": rows_used,
+            "rows_skipped": skipped or {},
+        }]
+        self.save()
+
+    def update_metrics(self, **metrics: Any) -> None:
+        self.data["metrics"].update(metrics)
+        self.save()
+
+    def complete(self, checkpoint: Path | str | None) -> None:
+        """Mark the stage complete: hash the checkpoint first, then write status last."""
+        if checkpoint is not None:
+            ckpt = Path(checkpoint)
+            self.data["output"] = {"checkpoint": str(ckpt), "files": hash_checkpoint(ckpt)}
+        self.data["status"] = "complete"
+        self.data["ended_at"] = now()
+        self.save()
+
+    def fail(self, error: str) -> None:
+        self.data["status"] = "failed"
+        self.data["error"] = error
+        self.data["ended_at"] = now()
+        self.save()
+
+    # -- checks -----------------------------------------------------------------------------
+
+    def verify_checkpoint(self) -> list[str]:
+        """Files of the recorded checkpoint that are missing or changed (empty list: intact)."""
+        ckpt = self.checkpoint
+        if ckpt is None:
+            return []
+        recorded = self.data["output"]["files"]
+        if not Path(ckpt).is_dir():
+            return [f"{ckpt} (the whole checkpoint folder is missing)"]
+        problems = []
+        for rel, digest in recorded.items():
+            f = Path(ckpt) / rel
+            if not f.is_file():
+                problems.append(f"{rel} (missing)")
+            elif sha256_file(f) != digest:
+                problems.append(f"{rel} (changed)")
+        return problems
+
+
+def require_parent(stage_dir: Path, expected_stage: str, make_target: str) -> Manifest:
+    """Load and check the manifest a child stage builds on, or raise with what to run instead."""
+    path = Path(stage_dir) / MANIFEST_NAME
+    hint = f"run `make {make_target}` (or `r1 {make_target}`) first"
+    if not path.exists():
+        raise ManifestError(f"{path}: parent stage {expected_stage!r} has no manifest; {hint}")
+    try:
+        m = Manifest.load(path)
+    except ManifestError as e:
+        raise ManifestError(f"{e}; {hint}") from None
+    if m.stage != expected_stage:
+        raise ManifestError(f"{path}: expected a {expected_stage!r} manifest, found stage {m.stage!r}")
+    if m.status != "complete":
+        raise ManifestError(f"{path}: parent stage {expected_stage!r} is {m.status!r}, not complete; "
+                            f"{hint} (add RESUME=1 to resume it)")
+    bad = m.verify_checkpoint()
+    if bad:
+        raise ManifestError(f"{path}: the checkpoint of {expected_stage!r} no longer matches its manifest: "
+                            f"{', '.join(bad[:5])}; re-run `make {make_target}`")
+    return m

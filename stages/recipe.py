@@ -1,0 +1,259 @@
+"""Recipes: versioned YAML loaded into dataclasses that reject unknown keys.
+
+A recipe is a folder under ``recipes/`` holding ``recipe.yaml`` (or a path to any YAML file). Every
+field and its default is declared in the dataclasses below; nothing is defaulted elsewhere in code.
+The YAML may omit fields that have defaults; it may not name a field that does not exist, or give a
+value of the wrong type: both raise :class:`RecipeError` naming the file and the dotted key.
+
+Command-line overrides use the same path syntax: ``--set stage1.learning_rate=5e-5``; the value is
+parsed as YAML (so ``true``, ``3``, ``[a, b]`` work) and type-checked like the file.
+
+The resolved recipe (after overrides) is stored in every manifest, with its hash.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RECIPES_DIR = REPO_ROOT / "recipes"
+
+
+class RecipeError(ValueError):
+    """A recipe file or override is invalid; the message names the file and the key."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Sections
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TaskWorldConfig:
+    """The synthetic task world (``data/taskworld.py``)."""
+
+    seed: int = 1234
+    families: list[str] = field(default_factory=lambda: ["add", "sub", "expr3"])
+    min_digits: int = 2
+    max_digits: int = 3
+    n_train: int = 4000
+    n_test: int = 200
+    test_percent: int = 10
+
+
+@dataclass
+class TinyArchitecture:
+    """A Qwen2 configuration small enough to train on two CPU cores."""
+
+    hidden_size: int = 128
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 4
+    intermediate_size: int = 512
+    max_position_embeddings: int = 512
+    tokenizer_vocab_size: int = 640
+
+
+@dataclass
+class CorpusConfig:
+    """The tiny base model's synthetic pretraining mix: shares of each document type.
+
+    direct:          "Question: …\\nAnswer: 936"
+    worked:          "Question: …\\nSolution: <digit-by-digit trace> answer 936"
+    template_reason: the R1-Zero template followed by <think> trace </think> <answer> 936 </answer>
+    template_direct: the R1-Zero template followed by <answer> 936 </answer>
+    """
+
+    direct: float = 0.2
+    worked: float = 0.6
+    template_reason: float = 0.05
+    template_direct: float = 0.15
+    trace_langs: dict[str, float] = field(default_factory=lambda: {"en": 0.7, "zh": 0.15, "mix": 0.15})
+
+
+@dataclass
+class PretrainConfig:
+    steps: int = 600
+    batch_size: int = 128
+    learning_rate: float = 3e-3
+    warmup_steps: int = 30
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.01
+    bf16_autocast: bool = True
+    log_every: int = 25
+
+
+@dataclass
+class BaseConfig:
+    """The base stage: build-and-pretrain the tiny model, or register a pretrained one.
+
+    ``pretrained``: a hub id or local path; when set, nothing is trained and the stage records the
+    model. When null, the tiny architecture is built and pretrained on the synthetic corpus.
+    """
+
+    pretrained: str | None = None
+    architecture: TinyArchitecture = field(default_factory=TinyArchitecture)
+    corpus: CorpusConfig = field(default_factory=CorpusConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    probe_temperature: float = 1.0  # the base probe samples at T=1.0 (how often does it reason?)
+
+
+@dataclass
+class EvalConfig:
+    """Evaluation protocol (DeepSeek-R1: temperature 0.6, top-p 0.95, k samples per problem)."""
+
+    k: int = 4
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_new_tokens: int = 160
+    batch_size: int = 64
+    task_test_limit: int = 200  # problems of the task world's test split evaluated per stage
+    benchmarks: list[str] = field(default_factory=list)
+    benchmark_limit: int | None = None
+    benchmarks_dir: str | None = None  # null: $R1_BENCHMARKS_DIR, else the hub
+    backend: Literal["transformers", "vllm"] = "transformers"
+    prompt_template: Literal["r1_zero", "chat"] = "r1_zero"
+
+
+@dataclass
+class Recipe:
+    name: str
+    seed: int = 0
+    run_root: str = "runs"
+    trust_remote_code: bool = False
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    task_world: TaskWorldConfig | None = field(default_factory=TaskWorldConfig)
+    base: BaseConfig = field(default_factory=BaseConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def stage_dir(self, stage: str) -> Path:
+        root = Path(self.run_root)
+        if not root.is_absolute():
+            root = REPO_ROOT / root
+        return root / self.name / stage
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------------
+
+
+def resolve_recipe_path(name_or_path: str) -> Path:
+    """``tiny`` → ``recipes/tiny/recipe.yaml``; a folder → its recipe.yaml; a file → itself."""
+    p = Path(name_or_path)
+    candidates = [p, RECIPES_DIR / name_or_path]
+    for c in candidates:
+        if c.is_dir() and (c / "recipe.yaml").is_file():
+            return c / "recipe.yaml"
+        if c.is_file():
+            return c
+    known = sorted(d.name for d in RECIPES_DIR.iterdir() if (d / "recipe.yaml").is_file())
+    raise RecipeError(f"no recipe {name_or_path!r}: not a file or folder, and not one of {known}")
+
+
+def load_recipe(name_or_path: str, overrides: list[str] | None = None) -> Recipe:
+    path = resolve_recipe_path(name_or_path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))  # safe: never constructs objects
+    except yaml.YAMLError as e:
+        raise RecipeError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise RecipeError(f"{path}: the top level must be a mapping, got {type(raw).__name__}")
+    raw.setdefault("name", path.parent.name if path.name == "recipe.yaml" else path.stem)
+    for item in overrides or []:
+        apply_override(raw, item)
+    return build(Recipe, raw, str(path), "")
+
+
+def apply_override(raw: dict, item: str) -> None:
+    if "=" not in item:
+        raise RecipeError(f"--set {item!r}: expected key=value, e.g. stage1.learning_rate=5e-5")
+    key, value = item.split("=", 1)
+    parts = key.strip().split(".")
+    node = raw
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            raise RecipeError(f"--set {key}: {p} is not a section")
+    node[parts[-1]] = yaml.safe_load(value)
+
+
+def build(cls, data: Any, source: str, where: str):
+    """Construct dataclass ``cls`` from ``data``, checking keys and types recursively."""
+    if not isinstance(data, dict):
+        raise RecipeError(f"{source}: {where or 'top level'}: expected a mapping, got {data!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise RecipeError(
+            f"{source}: unknown key {_join(where, unknown[0])!r} (known in {where or 'top level'}: "
+            f"{', '.join(sorted(fields))})"
+        )
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for name, f in fields.items():
+        if name in data:
+            kwargs[name] = _coerce(hints[name], data[name], source, _join(where, name))
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise RecipeError(f"{source}: missing required key {_join(where, name)!r}")
+    return cls(**kwargs)
+
+
+def _join(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name
+
+
+def _coerce(tp, value, source: str, where: str):
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(a, value, source, where)
+            except RecipeError as e:
+                errors.append(str(e))
+        raise RecipeError(errors[0] if len(errors) == 1 else f"{source}: {where}: {value!r} fits none of {tp}")
+    if dataclasses.is_dataclass(tp):
+        return build(tp, value, source, where)
+    if origin is Literal:
+        if value not in args:
+            raise RecipeError(f"{source}: {where}: {value!r} is not one of {list(args)}")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise RecipeError(f"{source}: {where}: expected a list, got {value!r}")
+        return [_coerce(args[0], v, source, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise RecipeError(f"{source}: {where}: expected a mapping, got {value!r}")
+        return {_coerce(args[0], k, source, where): _coerce(args[1], v, source, f"{where}.{k}")
+                for k, v in value.items()}
+    if tp is Any:
+        return value
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is float and isinstance(value, str):  # YAML 1.1 reads 5e-5 (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if tp in (int, float) and isinstance(value, bool) or not isinstance(value, tp):
+        raise RecipeError(f"{source}: {where}: expected {tp.__name__}, got {type(value).__name__} {value!r}")
+    return value

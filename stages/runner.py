@@ -1,0 +1,100 @@
+"""The shared stage runner: one lifecycle for every stage.
+
+    parent manifest checked → manifest "running" → stage body → checkpoint hashed → "complete"
+
+- A stage whose manifest is already ``complete`` is not run again unless ``restart`` is given.
+- An incomplete run (``running`` after a crash or SIGKILL, or ``failed``) is resumed by default,
+  and the resume is recorded in the manifest; ``restart`` discards it and starts over.
+- Any exception marks the manifest ``failed`` with the error, then propagates. A SIGKILL leaves
+  ``running``: never ``complete``, because ``complete`` is the last thing a stage writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from stages.common import peak_rss_mb
+from stages.manifest import MANIFEST_NAME, Manifest, ManifestError, require_parent
+
+log = logging.getLogger("r1")
+
+
+@dataclass
+class StageContext:
+    """What a stage body gets: where to write, its manifest, its parent, and whether it resumes."""
+
+    recipe: object
+    stage: str
+    dir: Path
+    manifest: Manifest
+    parent: Manifest | None
+    resumed: bool
+
+
+def setup_logging(log_file: Path | None = None) -> None:
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stdout)]
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
+                        datefmt="%H:%M:%S", handlers=handlers, force=True)
+    for noisy in ("httpx", "urllib3", "datasets", "filelock"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def run_stage(recipe, stage: str, body: Callable[[StageContext], Path | str | None], *,
+              parent_stage: str | None = None, restart: bool = False) -> Manifest:
+    """Run ``body`` as stage ``stage`` of ``recipe`` under the manifest lifecycle.
+
+    ``body`` returns the output checkpoint folder (hashed into the manifest) or a model reference
+    string (a hub id) or None.
+    """
+    stage_dir = recipe.stage_dir(stage)
+    parent = require_parent(recipe.stage_dir(parent_stage), parent_stage, parent_stage) if parent_stage else None
+
+    manifest_path = stage_dir / MANIFEST_NAME
+    resumed = False
+    if manifest_path.exists() and not restart:
+        try:
+            existing = Manifest.load(manifest_path)
+        except ManifestError as e:
+            raise ManifestError(f"{e}. Run again with --restart to discard this run") from None
+        if existing.status == "complete":
+            log.info("%s: already complete (%s); use --restart to run it again", stage, manifest_path)
+            return existing
+        resumed = True
+        log.info("%s: resuming an incomplete run (status %r)", stage, existing.status)
+    elif restart and stage_dir.exists():
+        log.info("%s: --restart: discarding %s", stage, stage_dir)
+        shutil.rmtree(stage_dir)
+
+    setup_logging(stage_dir / "stage.log")
+    manifest = Manifest.start(stage_dir, stage, recipe, parent=parent, resumed=resumed)
+    ctx = StageContext(recipe, stage, stage_dir, manifest, parent, resumed)
+    t0 = time.time()
+    try:
+        output = body(ctx)
+    except BaseException as e:  # KeyboardInterrupt too: the run is incomplete, say so
+        manifest.data["metrics"]["wall_seconds"] = time.time() - t0
+        manifest.fail(f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}")
+        raise
+    manifest.update_metrics(wall_seconds=round(time.time() - t0, 1), peak_rss_mb=round(peak_rss_mb(), 1))
+    if isinstance(output, str) and not Path(output).exists():
+        manifest.data["output"]["model_ref"] = output  # a hub id: nothing local to hash
+        manifest.complete(None)
+    else:
+        manifest.complete(output)
+    log.info("%s: complete → %s", stage, manifest_path)
+    return manifest
+
+
+def model_ref(manifest: Manifest) -> str:
+    """The model a manifest's stage produced: its checkpoint folder, or the hub id it recorded."""
+    return manifest.checkpoint or manifest.data["output"].get("model_ref")

@@ -1,0 +1,77 @@
+"""Recipes: unknown keys and wrong types are refused with the file and key named; overrides apply."""
+
+from pathlib import Path
+
+import pytest
+
+from stages.recipe import RECIPES_DIR, Recipe, RecipeError, load_recipe
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "r.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_tiny_recipe_loads_and_hashes_stably():
+    a, b = load_recipe("tiny"), load_recipe("tiny")
+    assert isinstance(a, Recipe) and a.name == "tiny"
+    assert a.hash() == b.hash()
+    assert a.base.pretrain.steps > 0
+
+
+def test_every_recipe_file_validates():
+    files = sorted(RECIPES_DIR.rglob("recipe.yaml"))
+    assert files, "no recipes found"
+    for f in files:
+        load_recipe(str(f))
+
+
+def test_unknown_key_names_file_and_key(tmp_path):
+    p = write(tmp_path, "name: x\nbase:\n  pretrain:\n    stepz: 3\n")
+    with pytest.raises(RecipeError) as e:
+        load_recipe(str(p))
+    assert str(p) in str(e.value) and "base.pretrain.stepz" in str(e.value)
+
+
+def test_unknown_top_level_section(tmp_path):
+    p = write(tmp_path, "name: x\nstage9: {}\n")
+    with pytest.raises(RecipeError, match="stage9"):
+        load_recipe(str(p))
+
+
+@pytest.mark.parametrize("text, key", [
+    ("name: x\nseed: ten\n", "seed"),
+    ("name: x\nbase:\n  pretrain:\n    steps: 1.5\n", "base.pretrain.steps"),
+    ("name: x\neval:\n  temperature: hot\n", "eval.temperature"),
+    ("name: x\neval:\n  backend: tpu\n", "eval.backend"),
+    ("name: x\ntask_world:\n  families: add\n", "task_world.families"),
+    ("name: x\nseed: true\n", "seed"),
+])
+def test_wrong_types_are_refused(tmp_path, text, key):
+    p = write(tmp_path, text)
+    with pytest.raises(RecipeError, match=key.replace(".", r"\.")):
+        load_recipe(str(p))
+
+
+def test_overrides_are_typed_and_recorded():
+    r = load_recipe("tiny", ["base.pretrain.steps=7", "eval.temperature=1", "eval.benchmarks=[gsm8k, aime24]"])
+    assert r.base.pretrain.steps == 7
+    assert r.eval.temperature == 1.0 and isinstance(r.eval.temperature, float)
+    assert r.eval.benchmarks == ["gsm8k", "aime24"]
+    assert r.hash() != load_recipe("tiny").hash()
+    with pytest.raises(RecipeError, match="base.pretrain.nope"):
+        load_recipe("tiny", ["base.pretrain.nope=1"])
+    with pytest.raises(RecipeError, match="key=value"):
+        load_recipe("tiny", ["base.pretrain.steps"])
+
+
+def test_yaml_is_loaded_safely(tmp_path):
+    p = write(tmp_path, "name: !!python/object/apply:os.system ['echo pwned']\n")
+    with pytest.raises(RecipeError, match="not valid YAML"):
+        load_recipe(str(p))
+
+
+def test_missing_recipe_lists_known():
+    with pytest.raises(RecipeError, match="tiny"):
+        load_recipe("no-such-recipe")

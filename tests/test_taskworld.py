@@ -1,0 +1,80 @@
+"""The task world: deterministic under a seed, train/test disjoint by construction, exact answers."""
+
+import random
+
+import pytest
+
+from data.corpus import corpus_documents
+from data.taskworld import FAMILIES, Problem, TaskWorld, split_of, trace
+from eval.language import is_mixed, language_fraction
+from stages.recipe import CorpusConfig
+
+
+def world(**kw):
+    args = dict(seed=7, families=FAMILIES, min_digits=2, max_digits=4, n_train=800, n_test=200, test_percent=10)
+    args.update(kw)
+    return TaskWorld(**args)
+
+
+def test_deterministic_under_seed():
+    assert world().rows("train") == world().rows("train")
+    assert world().rows("test") == world().rows("test")
+    assert world(seed=8).rows("train") != world().rows("train")
+
+
+def test_train_and_test_are_disjoint_whatever_the_seed():
+    test_problems = {r["problem"] for r in world().rows("test")}
+    for seed in range(5):
+        train = {r["problem"] for r in world(seed=seed).rows("train")}
+        assert not train & test_problems
+    # the split is a function of content: every test row hashes to test
+    for r in world().rows("test"):
+        assert r["split"] == "test"
+
+
+def test_rows_have_exact_answers_and_fields():
+    rows = world().rows("train")
+    assert len(rows) == 800 and len({r["id"] for r in rows}) == 800
+    for r in rows:
+        assert set(r) >= {"id", "problem", "answer", "split", "family", "difficulty"}
+        expr = r["problem"].removeprefix("What is ").removesuffix("?")
+        assert int(r["answer"]) == eval(expr)  # noqa: S307 - our own arithmetic strings
+        assert int(r["answer"]) >= 0
+    assert {r["family"] for r in rows} == set(FAMILIES)
+
+
+def test_difficulty_knob_controls_digits():
+    rows = world(families=("add",), min_digits=4, max_digits=4, n_train=50, n_test=5).rows("train")
+    assert all(r["difficulty"] == 4 for r in rows)
+
+
+def test_bad_config_is_refused():
+    with pytest.raises(ValueError, match="unknown task families"):
+        world(families=("add", "mul"))
+    with pytest.raises(ValueError, match="min_digits"):
+        world(min_digits=3, max_digits=2)
+
+
+@pytest.mark.parametrize("p", [
+    Problem("add", (347, 589), ("+",)), Problem("add", (99, 38), ("+",)),
+    Problem("sub", (6855, 756), ("-",)), Problem("sub", (1000, 1), ("-",)),
+    Problem("expr3", (497, 257, 68), ("+", "-")), Problem("expr3", (74, 46, 22), ("-", "+")),
+])
+def test_traces_end_with_the_answer_in_each_language(p):
+    rng = random.Random(0)
+    en, zh = trace(p, "en", rng), trace(p, "zh", rng)
+    assert en.endswith(f"answer {p.answer}") and zh.endswith(f"答案{p.answer}")
+    assert language_fraction(en, "en") == 1.0
+    assert language_fraction(zh, "zh") == 1.0
+    mixed = [trace(p, "mix", random.Random(s)) for s in range(20)]
+    assert all(is_mixed(m, "en") or is_mixed(m, "zh") for m in mixed)
+
+
+def test_corpus_uses_train_problems_only_and_follows_the_mix():
+    w = world()
+    docs = corpus_documents(w, CorpusConfig(), 2000, seed=0)
+    test_ids = {r["id"] for r in world(n_train=1, n_test=200).rows("test")}
+    assert not {d["id"] for d in docs} & test_ids
+    share = sum(d["type"] == "worked" for d in docs) / len(docs)
+    assert abs(share - CorpusConfig().worked) < 0.05
+    assert all(split_of(Problem("add", (1, 1), ("+",)), 10) in ("train", "test") for _ in range(1))
