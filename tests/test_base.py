@@ -1,0 +1,90 @@
+"""The tiny base stage at reduced size: it trains (loss falls), saves a loadable checkpoint whose
+tokenizer round-trips, probes itself, and writes a complete manifest; the CLI reports status."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from data.templates import r1_zero_prompt
+from stages.base import pretrain_tiny, run
+from stages.manifest import Manifest
+from stages.recipe import load_recipe
+from stages.runner import run_stage
+
+SMALL = [
+    "base.architecture.hidden_size=32", "base.architecture.num_hidden_layers=2",
+    "base.architecture.num_attention_heads=2", "base.architecture.num_key_value_heads=2",
+    "base.architecture.intermediate_size=64", "base.pretrain.steps=60", "base.pretrain.batch_size=32",
+    "base.pretrain.warmup_steps=5", "base.pretrain.log_every=10", "base.pretrain.learning_rate=1e-2",
+    "eval.task_test_limit=6", "eval.k=2", "eval.max_new_tokens=24", "task_world.n_train=50",
+]
+
+
+@pytest.fixture(scope="module")
+def small_base(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    recipe = load_recipe("tiny", SMALL + [f"run_root={root}"])
+    manifest = run_stage(recipe, "base", run)
+    return recipe, manifest
+
+
+def test_pretraining_loss_falls():
+    recipe = load_recipe("tiny", SMALL)
+    _, _, stats = pretrain_tiny(recipe, log=lambda *_: None)
+    assert stats["loss_last_avg"] < 0.6 * stats["loss_first"], stats
+
+
+def test_pretraining_is_deterministic_under_seed():
+    recipe = load_recipe("tiny", SMALL + ["base.pretrain.steps=5"])
+    a = pretrain_tiny(recipe, log=lambda *_: None)
+    b = pretrain_tiny(recipe, log=lambda *_: None)
+    assert a[2]["loss_curve"] == b[2]["loss_curve"]
+    for pa, pb in zip(a[0].parameters(), b[0].parameters(), strict=True):
+        assert torch.equal(pa, pb)
+
+
+def test_base_stage_writes_a_complete_manifest_with_probe(small_base):
+    recipe, m = small_base
+    assert m.status == "complete"
+    probe = m.data["metrics"]["probe"]
+    for key in ("pass@1", "think_rate", "language_mix_rate", "mean_length_tokens", "cons@2", "pass@2"):
+        assert key in probe
+    assert probe["problems"] == 6 and probe["samples"] == 12
+    assert m.data["metrics"]["pretrain"]["loss_last_avg"] < m.data["metrics"]["pretrain"]["loss_first"]
+    assert m.verify_checkpoint() == []
+    assert {"model.safetensors", "config.json", "tokenizer.json"} <= set(m.data["output"]["files"])
+    lines = (recipe.stage_dir("base") / "probe" / "samples.jsonl").read_text().splitlines()
+    assert len(lines) == 12 and "correct" in json.loads(lines[0])
+
+
+def test_checkpoint_loads_through_auto_classes(small_base):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _, m = small_base
+    tok = AutoTokenizer.from_pretrained(m.checkpoint)
+    model = AutoModelForCausalLM.from_pretrained(m.checkpoint)
+    text = r1_zero_prompt("What is 12 + 34?") + " <think> 2+4=6 write 6，写3 </think> <answer> 46 </answer>"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids) == text
+    for tag in ("<think>", "</think>", "<answer>", "</answer>"):  # ordinary tokens: survive skip_special
+        assert tag in tok.decode(ids, skip_special_tokens=True)
+    assert tok.chat_template and "generation" in tok.chat_template
+    assert model(torch.tensor([ids])).logits.shape[-1] == len(tok)
+
+
+def test_status_command_prints_the_chain(small_base):
+    recipe, _ = small_base
+    out = subprocess.run([sys.executable, "-m", "stages.cli", "status", str(recipe.stage_dir("base").parent)],
+                         capture_output=True, text=True, check=True).stdout
+    assert "base" in out and "complete" in out and "stage1" in out
+
+
+def test_registering_a_pretrained_model_records_it(tmp_path, small_base):
+    _, base = small_base
+    recipe = load_recipe("tiny", [f"run_root={tmp_path}", f"base.pretrained={base.checkpoint}"])
+    m = run_stage(recipe, "base", run)
+    assert m.status == "complete" and m.data["inputs"]["model"]["local"]
+    assert Manifest.load(m.path).checkpoint == base.checkpoint
