@@ -10,6 +10,7 @@ import logging
 import re
 from pathlib import Path
 
+from data.datasets import load_rows
 from eval.benchmarks import load_benchmark
 from eval.generate import make_sampler
 from eval.runner import evaluate_rows
@@ -36,10 +37,9 @@ def latest_model(recipe) -> str:
 
 
 def benchmark_rows(name: str, recipe, limit: int | None, data_dir: str | None) -> list[dict]:
-    if name == "task":
-        from stages.base import task_world
-
-        return task_world(recipe).rows("test")[: limit or recipe.eval.task_test_limit]
+    if name == "task":  # the recipe's held-out split (the task world's test split on tiny)
+        rows = load_rows(recipe.data.test, recipe)[0]
+        return rows[:limit] if limit else rows
     return load_benchmark(name, data_dir=data_dir, limit=limit)
 
 
@@ -58,7 +58,7 @@ def run_eval(args) -> int:
     out = Path(args.out) if args.out else (
         Path(ref) / "eval" if local else recipe.stage_dir("eval") / re.sub(r"[^A-Za-z0-9_.-]+", "_", ref))
     benches = [b.strip() for b in args.bench.split(",") if b.strip()]
-    data_dir = args.benchmarks_dir or cfg.benchmarks_dir
+    data_dir = args.benchmarks_dir or recipe.data.benchmarks_dir
     rows_by_bench = {b: benchmark_rows(b, recipe, args.limit or (cfg.benchmark_limit if b != "task" else None),
                                        data_dir) for b in benches}  # load all first: fail before the model
 

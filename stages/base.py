@@ -26,6 +26,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from data.corpus import corpus_documents
+from data.datasets import load_rows
 from data.taskworld import TaskWorld
 from data.templates import r1_zero_prompt
 from data.tokenizer import build_tokenizer
@@ -65,6 +66,7 @@ def build_tiny_model(arch, vocab_size: int, eos_id: int) -> Qwen2ForCausalLM:
 def _batch(docs_ids: list[tuple[list[int], list[int]]], pad_id: int):
     """Right-pad a batch of (prompt_ids, completion_ids) rows; labels are -100 outside completions."""
     width = max(len(p) + len(c) for p, c in docs_ids)
+    width = -(-width // 16) * 16  # a few distinct shapes, not one per batch: kernel caches stay small
     input_ids = torch.full((len(docs_ids), width), pad_id, dtype=torch.long)      # (B, T)
     labels = torch.full((len(docs_ids), width), -100, dtype=torch.long)           # (B, T)
     attention = torch.zeros((len(docs_ids), width), dtype=torch.long)             # (B, T)
@@ -180,10 +182,9 @@ def run(ctx) -> Path | str:
     tmp.rename(checkpoint)
     check_tokenizer_round_trip(checkpoint, r1_zero_prompt("What is 347 + 589?") + " <think> 7+9=16，写6")
 
-    world = task_world(recipe)
-    rows = world.rows("test")[: recipe.eval.task_test_limit]
-    log.info("base: probing %d held-out problems × %d samples at temperature %.1f under the R1-Zero template",
-             len(rows), recipe.eval.k, recipe.base.probe_temperature)
+    rows, _, source = load_rows(recipe.data.test, recipe)
+    log.info("base: probing %d held-out problems of %s × %d samples at temperature %.1f under the R1-Zero template",
+             len(rows), source, recipe.eval.k, recipe.base.probe_temperature)
     sampler = make_sampler("transformers", model=model, tokenizer=tokenizer, batch_size=recipe.eval.batch_size)
     summary = evaluate_rows(sampler, tokenizer, rows, cfg=recipe.eval, seed=recipe.seed, out_dir=ctx.dir / "probe",
                             name="task_test", temperature=recipe.base.probe_temperature)

@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--model", help="checkpoint folder or hub id (default: the recipe's latest complete stage)")
     ev.add_argument("--bench", default="task", help="comma-separated: task,gsm8k,math500,aime24,aime25,amc23,cmath,mgsm")
     ev.add_argument("--k", type=int, help="samples per problem (default: recipe eval.k)")
-    ev.add_argument("--limit", type=int, help="problems per benchmark (default: all; task: eval.task_test_limit)")
+    ev.add_argument("--limit", type=int, help="problems per benchmark (default: all; task: the recipe's data.test)")
     ev.add_argument("--out", help="output folder (default: <model>/eval, or runs/<recipe>/eval/<id>)")
     ev.add_argument("--benchmarks-dir", help="local benchmark files (default: $R1_BENCHMARKS_DIR, else the hub)")
     ev.add_argument("--backend", choices=["transformers", "vllm"])

@@ -19,7 +19,7 @@ SMALL = [
     "base.architecture.num_attention_heads=2", "base.architecture.num_key_value_heads=2",
     "base.architecture.intermediate_size=64", "base.pretrain.steps=60", "base.pretrain.batch_size=32",
     "base.pretrain.warmup_steps=5", "base.pretrain.log_every=10", "base.pretrain.learning_rate=1e-2",
-    "eval.task_test_limit=6", "eval.k=2", "eval.max_new_tokens=24", "task_world.n_train=50",
+    "data.test.limit=6", "eval.k=2", "eval.max_new_tokens=24", "task_world.n_train=50",
 ]
 
 
