@@ -51,6 +51,38 @@ class TaskWorldConfig:
 
 
 @dataclass
+class DatasetSpec:
+    """Where a stage's prompts come from (``data/datasets.py``).
+
+    source: ``task_world`` (the synthetic world's ``split``), ``benchmark`` (a registered benchmark
+    ``name``, local via benchmarks_dir/$R1_BENCHMARKS_DIR or its hub id), ``jsonl`` (a local file
+    ``name``), or ``hub`` (a hub dataset id ``name`` with ``config``; fields renamed by
+    ``problem_field``/``answer_field``). ``limit``: the first N rows after loading.
+    """
+
+    source: Literal["task_world", "benchmark", "jsonl", "hub"] = "task_world"
+    name: str | None = None
+    split: str = "train"
+    config: str | None = None
+    problem_field: str = "problem"
+    answer_field: str = "answer"
+    limit: int | None = None
+
+    def __post_init__(self):
+        if self.source != "task_world" and not self.name:
+            raise RecipeError(f"source {self.source!r} needs a name (benchmark, file or hub id)")
+
+
+@dataclass
+class DataConfig:
+    """Training prompts and the held-out split every stage is evaluated on."""
+
+    train: DatasetSpec = field(default_factory=lambda: DatasetSpec(split="train"))
+    test: DatasetSpec = field(default_factory=lambda: DatasetSpec(split="test", limit=200))
+    benchmarks_dir: str | None = None  # null: $R1_BENCHMARKS_DIR, else the hub
+
+
+@dataclass
 class TinyArchitecture:
     """A Qwen2 configuration small enough to train on two CPU cores."""
 
@@ -119,9 +151,95 @@ class EvalConfig:
     task_test_limit: int = 200  # problems of the task world's test split evaluated per stage
     benchmarks: list[str] = field(default_factory=list)
     benchmark_limit: int | None = None
-    benchmarks_dir: str | None = None  # null: $R1_BENCHMARKS_DIR, else the hub
     backend: Literal["transformers", "vllm"] = "transformers"
     prompt_template: Literal["r1_zero", "chat"] = "r1_zero"
+
+
+@dataclass
+class RLConfig:
+    """One RL stage on TRL's GRPOTrainer (``stages/rl.py``); stage 1 now, stages 3 and 4 later.
+
+    Defaults are DeepSeek-R1-Zero's (paper, section 2 and the supplement): lr 3e-6, KL coefficient
+    0.001, clip ratio 10, temperature 1, 16 samples per question, 32 questions per step, 32,768
+    completion tokens; the tiny recipe overrides most of them.
+
+    One optimizer step trains on ``prompts_per_step × num_generations`` completions, generated at
+    once (split into ``gradient_accumulation_steps`` micro-batches); ``num_iterations`` > 1 reuses a
+    generation for that many steps (GRPO's μ).
+
+    ``rewards``: reward name → weight, summed into the scalar reward. Names (``stages/rewards.py``):
+    ``format``, ``accuracy``, ``language`` (target ``language_target``, or each row's ``lang``),
+    ``overlong`` (DAPO's soft overlong penalty: 0 up to ``overlong_max_length - overlong_buffer``
+    tokens, then falling linearly to -1 at ``overlong_max_length``; null: max_completion_length).
+
+    ``precision``: auto = bf16 on CUDA, fp32 on CPU (bf16 was slower for GRPO on CPU).
+    ``gradient_checkpointing`` applies on CUDA only. ``use_vllm``/``vllm_*`` are passed to TRL on GPU
+    machines; asking for vLLM without CUDA is an error.
+    """
+
+    steps: int = 1000
+    learning_rate: float = 3e-6
+    warmup_steps: int = 0
+    lr_scheduler_type: Literal["constant", "constant_with_warmup", "linear", "cosine"] = "constant_with_warmup"
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    prompts_per_step: int = 32
+    num_generations: int = 16
+    gradient_accumulation_steps: int = 1
+    num_iterations: int = 1
+    max_completion_length: int = 32768
+    temperature: float = 1.0
+    top_p: float = 1.0
+    loss_type: Literal["grpo", "dr_grpo", "dapo"] = "grpo"
+    beta: float = 0.001
+    epsilon: float = 10.0
+    epsilon_high: float | None = None  # DAPO's clip-higher; null: same as epsilon
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    mask_truncated_completions: bool = False
+    ref_model_sync_steps: int | None = 400  # replace the KL reference by the policy every N steps (beta > 0)
+    rewards: dict[str, float] = field(default_factory=lambda: {"format": 1.0, "accuracy": 1.0})
+    language_target: str = "en"
+    overlong_max_length: int | None = None
+    overlong_buffer: int = 0
+    logging_steps: int = 1
+    save_steps: int = 50
+    save_total_limit: int = 2
+    sample_every: int = 10  # write samples/step_XXXXX.jsonl every N steps
+    samples_per_step: int = 16
+    seed: int | None = None  # null: the recipe's seed
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    gradient_checkpointing: bool = True
+    use_vllm: bool = False
+    vllm_mode: Literal["colocate", "server"] = "colocate"
+    vllm_gpu_memory_utilization: float = 0.3
+    vllm_server_base_url: str | None = None
+
+    def __post_init__(self):
+        problems = []
+        for name in ("steps", "prompts_per_step", "gradient_accumulation_steps", "num_iterations",
+                     "max_completion_length", "logging_steps", "save_steps", "sample_every"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_generations < 2:
+            problems.append(f"num_generations must be >= 2 (GRPO compares a group), got {self.num_generations}")
+        if (self.prompts_per_step * self.num_generations) % self.gradient_accumulation_steps:
+            problems.append(f"prompts_per_step × num_generations ({self.prompts_per_step * self.num_generations}) "
+                            f"must be divisible by gradient_accumulation_steps ({self.gradient_accumulation_steps})")
+        if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
+            problems.append(f"epsilon_high ({self.epsilon_high}) must be >= epsilon ({self.epsilon})")
+        if not self.rewards:
+            problems.append("rewards is empty")
+        unknown = sorted(set(self.rewards) - {"format", "accuracy", "language", "overlong"})
+        if unknown:
+            problems.append(f"unknown reward {unknown[0]!r} (known: accuracy, format, language, overlong)")
+        if "overlong" in self.rewards:
+            top = self.overlong_max_length or self.max_completion_length
+            if not 0 < self.overlong_buffer <= top:
+                problems.append(f"reward 'overlong' needs 0 < overlong_buffer <= {top}, got {self.overlong_buffer}")
+        if not (0.0 < self.top_p <= 1.0) or self.temperature <= 0:
+            problems.append(f"need 0 < top_p <= 1 and temperature > 0, got {self.top_p}, {self.temperature}")
+        if problems:
+            raise RecipeError("RL section: " + "; ".join(problems))
 
 
 @dataclass
@@ -132,8 +250,10 @@ class Recipe:
     trust_remote_code: bool = False
     device: Literal["auto", "cpu", "cuda"] = "auto"
     task_world: TaskWorldConfig | None = field(default_factory=TaskWorldConfig)
+    data: DataConfig = field(default_factory=DataConfig)
     base: BaseConfig = field(default_factory=BaseConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    stage1: RLConfig = field(default_factory=RLConfig)
 
     def stage_dir(self, stage: str) -> Path:
         root = Path(self.run_root)
@@ -211,7 +331,10 @@ def build(cls, data: Any, source: str, where: str):
             kwargs[name] = _coerce(hints[name], data[name], source, _join(where, name))
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise RecipeError(f"{source}: missing required key {_join(where, name)!r}")
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)  # a section's __post_init__ checks relations between its fields
+    except (RecipeError, ValueError) as e:
+        raise RecipeError(f"{source}: {where or 'top level'}: {e}") from None
 
 
 def _join(where: str, name: str) -> str:
