@@ -52,6 +52,7 @@ def atomic_write_text(path: Path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are for everyone who can read the run
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

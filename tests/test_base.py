@@ -5,7 +5,6 @@ import json
 import subprocess
 import sys
 
-import pytest
 import torch
 
 from data.templates import r1_zero_prompt
@@ -13,22 +12,7 @@ from stages.base import pretrain_tiny, run
 from stages.manifest import Manifest
 from stages.recipe import load_recipe
 from stages.runner import run_stage
-
-SMALL = [
-    "base.architecture.hidden_size=32", "base.architecture.num_hidden_layers=2",
-    "base.architecture.num_attention_heads=2", "base.architecture.num_key_value_heads=2",
-    "base.architecture.intermediate_size=64", "base.pretrain.steps=60", "base.pretrain.batch_size=32",
-    "base.pretrain.warmup_steps=5", "base.pretrain.log_every=10", "base.pretrain.learning_rate=1e-2",
-    "data.test.limit=6", "eval.k=2", "eval.max_new_tokens=24", "task_world.n_train=50",
-]
-
-
-@pytest.fixture(scope="module")
-def small_base(tmp_path_factory):
-    root = tmp_path_factory.mktemp("runs")
-    recipe = load_recipe("tiny", SMALL + [f"run_root={root}"])
-    manifest = run_stage(recipe, "base", run)
-    return recipe, manifest
+from tests.conftest import SMALL
 
 
 def test_pretraining_loss_falls():
