@@ -78,6 +78,30 @@ def _batch(docs_ids: list[tuple[list[int], list[int]]], pad_id: int):
     return input_ids, labels, attention
 
 
+def make_batches(docs, rows, batch_size: int, how: str, rng: random.Random) -> list[list[int]]:
+    """Document indices per step; each document is seen once.
+
+    by_type:   each batch holds documents of one type, drawn at random within the type (padding stays
+               moderate: a type's documents have similar lengths; batches stay i.i.d. within a type).
+    by_length: documents sorted by length and cut into batches (least padding, least i.i.d.).
+    random:    plain i.i.d. batches.
+    """
+    order = list(range(len(rows)))
+    rng.shuffle(order)
+    if how == "random":
+        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    if how == "by_length":
+        order.sort(key=lambda i: len(rows[i][0]) + len(rows[i][1]))
+        batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    else:
+        by_type: dict[str, list[int]] = {}
+        for i in order:
+            by_type.setdefault(docs[i]["type"], []).append(i)
+        batches = [ids[i : i + batch_size] for ids in by_type.values() for i in range(0, len(ids), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
 def pretrain_tiny(recipe, log=print):
     """Build tokenizer + model and pretrain them; returns (model, tokenizer, stats)."""
     cfg = recipe.base
@@ -112,15 +136,11 @@ def pretrain_tiny(recipe, log=print):
         progress = (step - pt.warmup_steps) / max(1, pt.steps - pt.warmup_steps)
         return pt.learning_rate * (pt.min_lr_ratio + (1 - pt.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
-    # Batches of similar length (little padding), in random order; each document is seen once.
-    rng = random.Random(recipe.seed)
-    by_length = sorted(range(len(rows)), key=lambda i: (len(rows[i][0]) + len(rows[i][1]), rng.random()))
-    batches = [by_length[i : i + pt.batch_size] for i in range(0, len(by_length), pt.batch_size)]
-    rng.shuffle(batches)
+    batches = make_batches(docs, rows, pt.batch_size, pt.batching, random.Random(recipe.seed))
     losses = []
     model.train()
     t_train = time.time()
-    for step in range(pt.steps):
+    for step in range(min(pt.steps, len(batches))):
         input_ids, labels, attention = _batch([rows[i] for i in batches[step]], eos)
         for g in opt.param_groups:
             g["lr"] = lr_at(step)

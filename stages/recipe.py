@@ -121,6 +121,7 @@ class PretrainConfig:
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.01
     bf16_autocast: bool = True
+    batching: Literal["by_type", "by_length", "random"] = "by_type"  # see stages/base.py make_batches
     log_every: int = 25
 
 
