@@ -7,15 +7,13 @@ both in its manifest. Nothing is skipped silently, and an empty result is an err
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 
+from data.jsonl import DataError, read_jsonl
 from eval.benchmarks import load_benchmark
 
-
-class DataError(ValueError):
-    """A dataset cannot be used; the message names the source (file, row, field)."""
+__all__ = ["DataError", "clean_rows", "load_rows"]
 
 
 def load_rows(spec, recipe) -> tuple[list[dict], dict[str, int], str]:
@@ -28,7 +26,7 @@ def load_rows(spec, recipe) -> tuple[list[dict], dict[str, int], str]:
         raw = load_benchmark(spec.name, split=spec.split, data_dir=recipe.data.benchmarks_dir)
         where = f"benchmark:{spec.name}/{spec.split}"
     elif spec.source == "jsonl":
-        raw, where = _read_jsonl(Path(spec.name)), spec.name
+        raw, where = read_jsonl(Path(spec.name)), spec.name
     else:
         from datasets import load_dataset
 
@@ -62,24 +60,3 @@ def clean_rows(raw: list[dict], where: str, problem_field: str = "problem",
         seen.add(rid)
         rows.append({**r, "id": rid, "problem": problem, "answer": answer.strip()})
     return rows, skipped
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    if not path.is_file():
-        raise DataError(f"{path}: no such file")
-    rows = []
-    with open(path, encoding="utf-8", errors="strict") as f:
-        try:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise DataError(f"{path}:{n}: not valid JSON ({e.msg})") from None
-                if not isinstance(row, dict):
-                    raise DataError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
-                rows.append(row)
-        except UnicodeDecodeError as e:
-            raise DataError(f"{path}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
-    return rows

@@ -39,12 +39,13 @@ are for users without them.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from data.jsonl import iter_jsonl
 
 __all__ = ["BENCHMARKS", "MGSM_LANGS", "Benchmark", "benchmark_names", "load_benchmark"]
 
@@ -257,23 +258,14 @@ def _get(name: str) -> Benchmark:
 
 def _read_jsonl(path: Path) -> list[dict]:
     rows = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}, line {lineno}: invalid JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}, line {lineno}: expected a JSON object, got {type(row).__name__}")
-            for field in ("problem", "answer"):
-                if row.get(field) is None or (isinstance(row[field], str) and not row[field].strip()):
-                    raise ValueError(f"{path}, line {lineno}: row is missing the {field!r} field")
-            if not isinstance(row["answer"], str):
-                row["answer"] = _int_string(row["answer"])
-            row.setdefault("id", f"{path.parent.name}-{path.stem}-{lineno - 1}")
-            rows.append(row)
+    for lineno, row in iter_jsonl(path):
+        for field in ("problem", "answer"):
+            if row.get(field) is None or (isinstance(row[field], str) and not row[field].strip()):
+                raise ValueError(f"{path}, line {lineno}: row is missing the {field!r} field")
+        if not isinstance(row["answer"], str):
+            row["answer"] = _int_string(row["answer"])
+        row.setdefault("id", f"{path.parent.name}-{path.stem}-{lineno - 1}")
+        rows.append(row)
     return rows
 
 

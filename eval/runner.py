@@ -13,11 +13,11 @@ samples are already on disk are not generated again.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from data.jsonl import append_jsonl
 from data.templates import is_well_formed, r1_zero_prompt, think_text
 from eval.language import is_mixed
 from eval.metrics import cons_at_k, pass_at_k
@@ -120,7 +120,7 @@ def evaluate_rows(sampler, tokenizer, rows: list[dict], *, cfg, seed: int, out_d
             r["bench"] = name
         done.extend(records)
         if samples_path:
-            _append_jsonl(samples_path, records)
+            append_jsonl(samples_path, records)
     wanted = {r["id"] for r in rows}
     summary = summarize([r for r in done if r["id"] in wanted], cfg.k)
     summary.update({"temperature": temp, "top_p": cfg.top_p, "seconds": time.time() - t0})
@@ -142,12 +142,3 @@ def _read_samples(path: Path, bench: str) -> list[dict]:
     for rs in by_id.values():
         out.extend(rs)
     return out
-
-
-def _append_jsonl(path: Path, records: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())

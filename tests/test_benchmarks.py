@@ -111,7 +111,7 @@ def test_missing_field_names_file_line_and_field(tmp_path, field):
 
 def test_invalid_json_and_lenient_rows(tmp_path):
     data_dir = _write(tmp_path, ['{"problem": "p", "answer": 27.0, "extra": 1}', "", "{not json"])
-    with pytest.raises(ValueError, match="line 3: invalid JSON"):
+    with pytest.raises(ValueError, match=":3: not valid JSON"):
         load_benchmark("amc23", data_dir=data_dir)
     (data_dir / "amc23" / "test.jsonl").write_text('{"problem": "p", "answer": 27.0, "extra": 1}\n')
     [row] = load_benchmark("amc23", data_dir=data_dir)
