@@ -6,6 +6,7 @@ graded sample) into the output folder; a crashed run resumes from the samples al
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from pathlib import Path
@@ -76,6 +77,11 @@ def run_eval(args) -> int:
                                           "max_new_tokens": cfg.max_new_tokens,
                                           "prompt_template": cfg.prompt_template},
                "benchmarks": {}, "written_at": None}
+    previous = out / "results.json"
+    if previous.exists():  # keep the other benchmarks of an earlier run into the same folder
+        old = json.loads(previous.read_text(encoding="utf-8"))
+        if old.get("protocol") == results["protocol"]:
+            results["benchmarks"] = old.get("benchmarks", {})
     for bench, rows in rows_by_bench.items():
         log.info("eval: %s, %d problems × %d samples", bench, len(rows), cfg.k)
         summary = evaluate_rows(sampler, tokenizer, rows, cfg=cfg, seed=recipe.seed, out_dir=out, name=bench)
