@@ -1,0 +1,270 @@
+"""Rule-based reward functions for the RL stages, in TRL's reward-function form.
+
+    f(completions, **dataset_columns) -> list[float | None]     (one value per completion)
+
+``completions`` are strings (plain-text prompts, stage 1) or ``[{"role": "assistant", "content": …}]``
+(chat prompts, later stages). Dataset columns arrive as lists, one entry per completion (TRL
+repeats each row ``num_generations`` times); TRL also passes ``prompts``, ``completion_ids``,
+``trainer_state``, ``log_extra`` and ``log_metric``, which these functions accept and mostly ignore.
+``None`` means "does not apply": TRL leaves it out of that function's mean and of the baseline
+when every function returns None for a completion.
+
+- :func:`format_reward`:   1.0 for ``<think>…</think> <answer>…</answer>`` and nothing else, else 0.0.
+- :func:`accuracy_reward`: routed per row by the ``verifier`` column. ``math`` (default): 1.0/0.0 from
+  ``eval.verify.grade_batch`` (the evaluation's own grader, so training and evaluation cannot drift
+  apart); None when the gold itself cannot be parsed. ``code``: the fraction of the row's ``tests``
+  that the code in the answer region passes in ``eval.sandbox``; None on a sandbox failure.
+  Both "None" cases are counted in :data:`STATS` (and logged through ``log_metric``), never
+  silently scored as wrong.
+- :func:`language_consistency_reward`: DeepSeek-R1's language-consistency reward, the proportion of
+  target-language words in the chain of thought; target = the row's ``lang``, else ``target``.
+- :func:`make_overlong_penalty`: DAPO's soft overlong punishment on ``completion_ids`` lengths.
+
+:data:`REWARD_NAMES` lists the names a recipe may use; :func:`get_reward` builds one by name.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import json
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from data.templates import is_well_formed, think_text
+from eval.language import language_fraction
+from eval.verify import gold_is_parseable, grade_batch
+
+log = logging.getLogger("r1")
+
+# Counts over the life of the process: graded_math, graded_code, gold_unparseable, grade_timeout,
+# grade_error, sandbox_error, code_no_tests. Read them in tests and in the stage summary.
+STATS: collections.Counter[str] = collections.Counter()
+_stats_lock = threading.Lock()
+_warned: set[str] = set()
+
+REWARD_NAMES = ("format", "accuracy", "language", "overlong")
+CODE_WORKERS = min(4, os.cpu_count() or 1)
+
+
+def _count(key: str, n: int = 1) -> None:
+    with _stats_lock:
+        STATS[key] += n
+
+
+def completion_text(completion) -> str:
+    """The text of one completion: the string itself, or the assistant messages' contents joined."""
+    if isinstance(completion, str):
+        return completion
+    parts = []
+    for message in completion:
+        content = message.get("content", "")
+        if isinstance(content, list):  # multimodal-style parts: keep the text ones
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        parts.append(content or "")
+    return "".join(parts)
+
+
+def _column(kwargs: dict, name: str, n: int, default=None) -> list:
+    values = kwargs.get(name)
+    return [default] * n if values is None else list(values)
+
+
+# ---------------------------------------------------------------------------------------------
+# Format
+# ---------------------------------------------------------------------------------------------
+
+
+def format_reward(completions: Sequence, **kwargs) -> list[float]:
+    """1.0 when the completion is exactly one non-empty think block then one non-empty answer block."""
+    return [1.0 if is_well_formed(completion_text(c)) else 0.0 for c in completions]
+
+
+# ---------------------------------------------------------------------------------------------
+# Accuracy
+# ---------------------------------------------------------------------------------------------
+
+_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.S)
+_FENCE_RE = re.compile(r"```[ \t]*(?:python|py|Python)?[ \t]*\n(.*?)(?:```|\Z)", re.S)
+
+
+def extract_code(completion: str) -> str:
+    """The program in a response: the answer region (last <answer> block, else the text after the
+    last </think>, else everything), and in it the last fenced code block if there is one."""
+    blocks = _ANSWER_RE.findall(completion)
+    if blocks:
+        region = blocks[-1]
+    else:
+        end = completion.rfind("</think>")
+        region = completion[end + len("</think>"):] if end >= 0 else completion
+    fences = _FENCE_RE.findall(region)
+    return (fences[-1] if fences else region).strip()
+
+
+def _tests_of(value) -> list[str]:
+    """A row's tests: a list of assert statements, or a JSON string holding one."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return [value]
+    return [str(t) for t in value]
+
+
+def _math_rewards(texts: list[str], golds: list[str]) -> list[float | None]:
+    out: list[float | None] = [None] * len(texts)
+    parseable = {g: gold_is_parseable(g) for g in set(golds)}  # cached per gold string in eval.verify
+    todo = [i for i, g in enumerate(golds) if parseable[g]]
+    bad = len(texts) - len(todo)
+    if bad:
+        _count("gold_unparseable", bad)
+        for g in {g for g, ok in parseable.items() if not ok}:
+            if g not in _warned:
+                _warned.add(g)
+                log.warning("accuracy reward: gold answer %r cannot be parsed; its rows score None", g[:80])
+    grades = grade_batch([texts[i] for i in todo], [golds[i] for i in todo])
+    for i, g in zip(todo, grades, strict=True):
+        if g.reason == "gold_unparseable":  # decided by the full grader after all
+            _count("gold_unparseable")
+            continue
+        if g.reason in ("timeout", "error"):
+            _count(f"grade_{g.reason}")
+        out[i] = 1.0 if g.correct else 0.0
+    _count("graded_math", len(todo))
+    return out
+
+
+def _code_rewards(texts: list[str], tests: list) -> list[float | None]:
+    from eval.sandbox import run_tests  # imported lazily: math-only runs never load the sandbox
+
+    def one(i: int) -> float | None:
+        cases = _tests_of(tests[i])
+        if not cases:
+            _count("code_no_tests")
+            return None
+        result = run_tests(extract_code(texts[i]), cases)
+        if result.status == "sandbox_error":
+            _count("sandbox_error")
+            log.warning("accuracy reward: sandbox error (%s); the completion scores None", result.detail[:200])
+            return None
+        return result.fraction
+
+    _count("graded_code", len(texts))
+    if len(texts) == 1:
+        return [one(0)]
+    with ThreadPoolExecutor(max_workers=CODE_WORKERS) as pool:
+        return list(pool.map(one, range(len(texts))))
+
+
+def accuracy_reward(completions: Sequence, answer: Sequence[str] | None = None, **kwargs) -> list[float | None]:
+    """Correctness, routed per row by the ``verifier`` column (``math`` when absent).
+
+    math: 1.0/0.0 against ``answer``; None when that gold cannot be parsed.
+    code: fraction of ``tests`` passed by the code in the answer region; None on a sandbox error
+    or when the row has no tests.
+    """
+    n = len(completions)
+    texts = [completion_text(c) for c in completions]
+    answers = [None] * n if answer is None else list(answer)
+    verifiers = [v or "math" for v in _column(kwargs, "verifier", n)]
+    tests = _column(kwargs, "tests", n)
+    out: list[float | None] = [None] * n
+
+    unknown = sorted({v for v in verifiers if v not in ("math", "code")})
+    if unknown:
+        raise ValueError(f"accuracy reward: unknown verifier {unknown[0]!r} (known: math, code)")
+    math_idx = [i for i in range(n) if verifiers[i] == "math"]
+    code_idx = [i for i in range(n) if verifiers[i] == "code"]
+    before = {k: STATS[k] for k in ("gold_unparseable", "sandbox_error")}
+    if math_idx:
+        if any(answers[i] is None for i in math_idx):
+            raise ValueError("accuracy reward: a math row has no 'answer' column")
+        for i, r in zip(math_idx, _math_rewards([texts[i] for i in math_idx], [str(answers[i]) for i in math_idx]),
+                        strict=True):
+            out[i] = r
+    if code_idx:
+        for i, r in zip(code_idx, _code_rewards([texts[i] for i in code_idx], [tests[i] for i in code_idx]),
+                        strict=True):
+            out[i] = r
+
+    log_metric = kwargs.get("log_metric")
+    if log_metric is not None:
+        for key, was in before.items():
+            log_metric(f"accuracy/{key}", float(STATS[key] - was))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Language consistency
+# ---------------------------------------------------------------------------------------------
+
+
+def language_consistency_reward(completions: Sequence, lang: Sequence[str | None] | None = None,
+                                target: str = "en", **kwargs) -> list[float | None]:
+    """Proportion of target-language words in the chain of thought (DeepSeek-R1, section 2.3.3).
+
+    Target: the row's ``lang`` column, else ``target`` (bind another default with
+    ``functools.partial(language_consistency_reward, target="zh")`` or :func:`make_language_reward`).
+    No think block: 0.0. A think block with no words at all (only digits and symbols): None, since
+    the proportion is undefined there.
+    """
+    n = len(completions)
+    langs = [None] * n if lang is None else list(lang)
+    out: list[float | None] = []
+    for c, row_lang in zip(completions, langs, strict=True):
+        think = think_text(completion_text(c))
+        out.append(0.0 if think is None else language_fraction(think, target=row_lang or target))
+    return out
+
+
+def make_language_reward(target: str = "en") -> Callable[..., list[float | None]]:
+    """The language-consistency reward with another default target (a row's ``lang`` still wins)."""
+    return functools.partial(language_consistency_reward, target=target)
+
+
+# ---------------------------------------------------------------------------------------------
+# Overlong penalty (DAPO)
+# ---------------------------------------------------------------------------------------------
+
+
+def make_overlong_penalty(max_length: int, buffer: int) -> Callable[..., list[float]]:
+    """DAPO's soft overlong punishment (its Eq. 13), on token counts of ``completion_ids``:
+    0 up to ``max_length - buffer`` tokens, then linear down to -1 at ``max_length``, -1 beyond."""
+    if not 0 < buffer <= max_length:
+        raise ValueError(f"overlong penalty: need 0 < buffer <= max_length, got {buffer}, {max_length}")
+    free = max_length - buffer
+
+    def overlong_penalty(completions: Sequence, completion_ids: Sequence[Sequence[int]] | None = None,
+                         **kwargs) -> list[float]:
+        if completion_ids is None:
+            raise ValueError("overlong penalty: needs completion_ids (TRL passes them)")
+        return [0.0 if len(ids) <= free else max(-1.0, (free - len(ids)) / buffer) for ids in completion_ids]
+
+    return overlong_penalty
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry
+# ---------------------------------------------------------------------------------------------
+
+
+def get_reward(name: str, *, language_target: str = "en", overlong_max_length: int | None = None,
+               overlong_buffer: int = 0) -> Callable[..., list[float | None]]:
+    """The reward function a recipe names (see :data:`REWARD_NAMES`)."""
+    if name == "format":
+        return format_reward
+    if name == "accuracy":
+        return accuracy_reward
+    if name == "language":
+        return make_language_reward(language_target)
+    if name == "overlong":
+        if overlong_max_length is None:
+            raise ValueError("reward 'overlong' needs overlong_max_length")
+        return make_overlong_penalty(overlong_max_length, overlong_buffer)
+    raise ValueError(f"unknown reward {name!r}; known: {', '.join(REWARD_NAMES)}")

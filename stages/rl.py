@@ -1,0 +1,594 @@
+"""The shared RL runner: every RL stage (1 now; 3 and 4 later) trains through :func:`run_rl`.
+
+It *configures* TRL's ``GRPOTrainer`` from a recipe's :class:`stages.recipe.RLConfig` section; it
+does not fork or subclass it. What it adds around the trainer:
+
+- reward functions by name and weight (``stages/rewards.py``), each wrapped so that a
+  :class:`RolloutRecorder` sees every scored batch: it logs accuracy, format rate, think rate and
+  language-mix rate through TRL's ``log_metric``, writes ``samples/step_XXXXX.jsonl`` every
+  ``sample_every`` steps, and appends correct *and* well-formed completions to
+  ``cold_start_candidates.jsonl`` (stage 2 filters them further);
+- :class:`MetricsCallback`: one ``metrics.jsonl`` row per logging step (reward total and per
+  function, accuracy, format rate, mean completion length, language-mix rate, KL, entropy, clip
+  ratios, share of zero-variance groups, seconds per step), and ``training_curves.png`` at the end
+  (accuracy and response length against step, DeepSeek-R1's Figures 2 and 3);
+- evaluation of the held-out rows before and after training with the evaluation runner's protocol
+  (``eval_before/``, ``eval_after/``, manifest metrics ``eval_before``, ``eval_after``, ``train``);
+- the final model + tokenizer in ``<stage>/checkpoint``, written to a temporary folder and renamed.
+
+Resume. TRL/transformers checkpoints (``<stage>/trainer/checkpoint-N``, every ``save_steps``) hold
+model, optimizer, scheduler, RNG states and trainer state; ``trainer.train(resume_from_checkpoint=…)``
+restores all of them. When the stage resumes, the last *complete* ``checkpoint-N`` is used;
+transformers writes ``trainer_state.json`` last, so a folder without it (or without weights,
+optimizer or scheduler, or with a torn state file) is a checkpoint cut short by a crash: it is
+deleted, never loaded (left in place, checkpoint rotation could delete a good one instead).
+Rows of ``metrics.jsonl``, ``cold_start_candidates*.jsonl`` and sample files past step N are dropped,
+since those steps run again. The manifest's last resume entry gets ``from_step: N``.
+
+Deviations from DAPO: dynamic sampling (re-sampling until no group has all-equal rewards) is not
+available in TRL 1.16 without replacing its generation loop, so it is not done. Such groups get zero
+advantage under group normalisation, so they add no policy gradient, only dilute the token-mean loss
+(and add KL when beta > 0); their share is logged every step as ``frac_reward_zero_std``. The soft
+overlong penalty is an ordinary reward function (``overlong``).
+
+Step numbering: a batch is scored before the optimizer step that trains on it; its rows carry that
+step's number (``trainer_state.global_step + 1``), the same numbering as ``metrics.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+from transformers import TrainerCallback
+
+from data.templates import is_well_formed, think_text
+from eval.language import is_mixed
+from stages import rewards as R
+from stages.common import load_model_and_tokenizer, pick_device, set_seed
+
+log = logging.getLogger("r1")
+
+CHECKPOINT_PREFIX = "checkpoint-"
+METRICS_NAME = "metrics.jsonl"
+CANDIDATES_NAME = "cold_start_candidates.jsonl"
+PLOT_NAME = "training_curves.png"
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json", "adapter_model.safetensors", "adapter_model.bin")
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints and resume
+# ---------------------------------------------------------------------------------------------
+
+
+def checkpoint_step(path: Path) -> int | None:
+    name = Path(path).name
+    if not name.startswith(CHECKPOINT_PREFIX) or not name[len(CHECKPOINT_PREFIX):].isdigit():
+        return None
+    return int(name[len(CHECKPOINT_PREFIX):])
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """Why a ``checkpoint-N`` folder cannot be resumed from (None: it is complete)."""
+    path = Path(path)
+    state_file = path / "trainer_state.json"
+    if not state_file.is_file():
+        return "no trainer_state.json"
+    try:
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return "trainer_state.json is not valid JSON"
+    if state.get("global_step") != checkpoint_step(path):
+        return f"trainer_state.json says step {state.get('global_step')}"
+    if not any((path / f).is_file() and (path / f).stat().st_size > 0 for f in _WEIGHT_FILES):
+        return "no model weights"
+    for f in ("optimizer.pt", "scheduler.pt"):
+        if not (path / f).is_file():
+            return f"no {f}"
+    return None
+
+
+def last_complete_checkpoint(trainer_dir: Path, remove_partial: bool = False) -> Path | None:
+    """The complete ``checkpoint-N`` with the largest N, or None. Incomplete ones are logged, and
+    deleted with ``remove_partial``."""
+    trainer_dir = Path(trainer_dir)
+    if not trainer_dir.is_dir():
+        return None
+    found = sorted((p for p in trainer_dir.iterdir() if p.is_dir() and checkpoint_step(p) is not None),
+                   key=checkpoint_step)
+    best = None
+    for p in found:
+        problem = checkpoint_problem(p)
+        if problem is None:
+            best = p
+            continue
+        log.warning("ignoring incomplete checkpoint %s (%s)%s", p, problem, "; deleting it" if remove_partial else "")
+        if remove_partial:
+            shutil.rmtree(p, ignore_errors=True)
+    return best
+
+
+def truncate_jsonl(path: Path, max_step: int) -> int:
+    """Keep the rows of a JSONL file whose ``step`` is <= ``max_step`` (torn lines go too); returns
+    how many rows were dropped. Rewritten atomically."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    kept, dropped = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            dropped += 1
+            continue
+        if row.get("step", 0) <= max_step:
+            kept.append(line)
+        else:
+            dropped += 1
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    os.replace(tmp, path)
+    return dropped
+
+
+def _append_jsonl(path: Path, rows: list[dict]) -> None:
+    if not rows:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def _world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Rewards and what they record
+# ---------------------------------------------------------------------------------------------
+
+
+def reward_functions(cfg) -> tuple[list[str], list[Callable], list[float]]:
+    """(names, functions, weights) for the recipe's ``rewards`` mapping, in its order."""
+    names = list(cfg.rewards)
+    funcs = [R.get_reward(n, language_target=cfg.language_target,
+                          overlong_max_length=cfg.overlong_max_length or cfg.max_completion_length,
+                          overlong_buffer=cfg.overlong_buffer) for n in names]
+    return names, funcs, [float(cfg.rewards[n]) for n in names]
+
+
+class RolloutRecorder:
+    """Sees every scored batch (through :meth:`wrap`) and records what the rewards alone do not:
+    accuracy/format/think/language-mix rates as TRL metrics, sample files, cold-start candidates."""
+
+    def __init__(self, out_dir: Path, names: Sequence[str], *, sample_every: int, samples_per_step: int,
+                 language_target: str = "en"):
+        self.out_dir = Path(out_dir)
+        self.names = list(names)
+        self.sample_every = sample_every
+        self.samples_per_step = samples_per_step
+        self.language_target = language_target
+        self.rank = _rank()
+        suffix = "" if self.rank == 0 else f".rank{self.rank}"
+        self.candidates_path = self.out_dir / CANDIDATES_NAME.replace(".jsonl", f"{suffix}.jsonl")
+        self.samples_dir = self.out_dir / "samples"
+        self.candidates_written = 0
+        self._batch: dict[str, list] = {}
+
+    def wrap(self, name: str, func: Callable) -> Callable:
+        """``func`` under the name TRL will log it as (``rewards/<name>/mean``), reporting here."""
+
+        def reward(completions, **kwargs):
+            if name == self.names[0]:
+                self._batch = {}  # a new batch (also after a reward that raised mid-batch)
+            values = func(completions, **kwargs)
+            self._batch[name] = list(values)
+            if len(self._batch) == len(self.names):  # every reward of this batch is in
+                batch, self._batch = self._batch, {}
+                self.record(completions, batch, kwargs)
+            return values
+
+        reward.__name__ = reward.__qualname__ = name
+        return reward
+
+    def record(self, completions, rewards: dict[str, list], kwargs: dict) -> None:
+        n = len(completions)
+        texts = [R.completion_text(c) for c in completions]
+        state = kwargs.get("trainer_state")
+        step = state.global_step + 1 if state is not None else 0
+        if "accuracy" in rewards:
+            acc = rewards["accuracy"]
+        elif kwargs.get("answer") is not None:  # not a training reward here, but still measured
+            acc = R.accuracy_reward(completions, **{k: v for k, v in kwargs.items() if k != "log_metric"})
+        else:
+            acc = [None] * n
+        well = [is_well_formed(t) for t in texts]
+        thinks = [think_text(t) for t in texts]
+        langs = kwargs.get("lang") or [None] * n
+        mixed = [bool(th and is_mixed(th, target=lang or self.language_target)) for th, lang in zip(thinks, langs, strict=True)]
+        lengths = [len(ids) for ids in kwargs.get("completion_ids") or [[]] * n]
+
+        log_metric = kwargs.get("log_metric")
+        if log_metric is not None:
+            scored = [a for a in acc if a is not None]
+            if scored:
+                log_metric("accuracy", sum(scored) / len(scored))
+            log_metric("format_rate", sum(well) / n)
+            log_metric("think_rate", sum(th is not None for th in thinks) / n)
+            log_metric("language_mix_rate", sum(mixed) / n)
+
+        def column(name, i):
+            values = kwargs.get(name)
+            return None if values is None else values[i]
+
+        def row(i: int) -> dict:
+            return {"step": step, "id": column("id", i), "problem": column("problem", i),
+                    "answer": column("answer", i), "lang": column("lang", i), "verifier": column("verifier", i),
+                    "completion": texts[i], "num_tokens": lengths[i]}
+
+        candidates = [dict(row(i), rewards={k: v[i] for k, v in rewards.items()})
+                      for i in range(n) if acc[i] is not None and acc[i] >= 1.0 and well[i]]
+        _append_jsonl(self.candidates_path, candidates)
+        self.candidates_written += len(candidates)
+
+        if self.rank == 0 and (step == 1 or step % self.sample_every == 0):
+            samples = [dict(row(i), rewards={k: v[i] for k, v in rewards.items()}, accuracy=acc[i],
+                            well_formed=well[i], has_think=thinks[i] is not None, mixed_language=mixed[i])
+                       for i in range(min(n, self.samples_per_step))]
+            path = self.samples_dir / f"step_{step:05d}.jsonl"
+            path.unlink(missing_ok=True)  # a step that runs again (resume, num_iterations) rewrites its file
+            _append_jsonl(path, samples)
+
+    def truncate(self, max_step: int) -> None:
+        """Forget everything recorded after ``max_step`` (those steps run again on resume)."""
+        for p in self.out_dir.glob(CANDIDATES_NAME.replace(".jsonl", "*.jsonl")):
+            truncate_jsonl(p, max_step)
+        if self.samples_dir.is_dir():
+            for p in self.samples_dir.glob("step_*.jsonl"):
+                if int(p.stem.split("_")[1]) > max_step:
+                    p.unlink()
+
+
+# ---------------------------------------------------------------------------------------------
+# metrics.jsonl
+# ---------------------------------------------------------------------------------------------
+
+
+class MetricsCallback(TrainerCallback):
+    """One ``metrics.jsonl`` row per logging step, from TRL's logs (names as of TRL 1.16) plus
+    the recorder's metrics."""
+
+    def __init__(self, path: Path, reward_names: Sequence[str]):
+        self.path = Path(path)
+        self.reward_names = list(reward_names)
+        self.t_last = time.time()
+        self.last_step = 0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.t_last, self.last_step = time.time(), state.global_step
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs or "reward" not in logs:
+            return  # the end-of-training summary and evaluation logs have no reward
+        now = time.time()
+        steps = state.global_step - self.last_step
+        g = logs.get
+        row = {
+            "step": state.global_step,
+            "reward": g("reward"),
+            "reward_std": g("reward_std"),
+            "rewards": {n: g(f"rewards/{n}/mean") for n in self.reward_names},
+            "accuracy": g("accuracy"),
+            "format_rate": g("format_rate"),
+            "think_rate": g("think_rate"),
+            "language_mix_rate": g("language_mix_rate"),
+            "mean_length": g("completions/mean_length"),
+            "truncated_rate": g("completions/clipped_ratio"),
+            "kl": g("kl"),
+            "entropy": g("entropy"),
+            "clip_ratio": g("clip_ratio/region_mean"),
+            "clip_ratio_low": g("clip_ratio/low_mean"),
+            "clip_ratio_high": g("clip_ratio/high_mean"),
+            "frac_reward_zero_std": g("frac_reward_zero_std"),
+            "loss": g("loss"),
+            "grad_norm": g("grad_norm"),
+            "learning_rate": g("learning_rate"),
+            "gold_unparseable": g("accuracy/gold_unparseable"),
+            "sandbox_errors": g("accuracy/sandbox_error"),
+            "seconds_per_step": round((now - self.t_last) / steps, 4) if steps > 0 else None,
+            "time": round(now, 1),
+        }
+        _append_jsonl(self.path, [row])
+        self.t_last, self.last_step = now, state.global_step
+
+
+
+def read_metrics(path: Path) -> list[dict]:
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration
+# ---------------------------------------------------------------------------------------------
+
+
+def resolve_device(recipe, cfg) -> tuple[torch.device, bool]:
+    """(device, bf16) for this machine; refuses vLLM without CUDA."""
+    device = pick_device(recipe.device)
+    cuda = device.type == "cuda"
+    if cfg.precision == "bf16" and not cuda:
+        log.warning("precision bf16 requested on CPU: allowed, but it was slower than fp32 for GRPO here")
+    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and cuda and torch.cuda.is_bf16_supported())
+    if cfg.use_vllm:
+        if not cuda:
+            raise ValueError("use_vllm is true but the run is on CPU: vLLM needs CUDA (set use_vllm: false)")
+        try:
+            import vllm  # noqa: F401
+        except ImportError:
+            raise ValueError("use_vllm is true but vllm is not installed (pip install -e '.[gpu]')") from None
+    return device, bf16
+
+
+def grpo_config(cfg, *, output_dir: Path, seed: int, device: torch.device, bf16: bool, reward_weights: list[float]):
+    """TRL's GRPOConfig for an RLConfig section."""
+    from trl import GRPOConfig
+
+    world = _world_size()
+    completions_per_step = cfg.prompts_per_step * cfg.num_generations
+    if completions_per_step % (cfg.gradient_accumulation_steps * world):
+        raise ValueError(f"prompts_per_step × num_generations ({completions_per_step}) must be divisible by "
+                         f"gradient_accumulation_steps × processes ({cfg.gradient_accumulation_steps} × {world})")
+    cuda = device.type == "cuda"
+    vllm_kwargs = {}
+    if cfg.use_vllm:
+        vllm_kwargs = {"use_vllm": True, "vllm_mode": cfg.vllm_mode,
+                       "vllm_gpu_memory_utilization": cfg.vllm_gpu_memory_utilization}
+        if cfg.vllm_server_base_url:
+            vllm_kwargs["vllm_server_base_url"] = cfg.vllm_server_base_url
+    return GRPOConfig(
+        output_dir=str(output_dir),
+        # optimisation
+        max_steps=cfg.steps,
+        learning_rate=cfg.learning_rate,
+        warmup_steps=cfg.warmup_steps,
+        lr_scheduler_type=cfg.lr_scheduler_type,
+        weight_decay=cfg.weight_decay,
+        max_grad_norm=cfg.max_grad_norm,
+        per_device_train_batch_size=completions_per_step // (cfg.gradient_accumulation_steps * world),
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        # GRPO
+        num_generations=cfg.num_generations,
+        num_iterations=cfg.num_iterations,
+        max_completion_length=cfg.max_completion_length,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        loss_type=cfg.loss_type,
+        beta=cfg.beta,
+        epsilon=cfg.epsilon,
+        epsilon_high=cfg.epsilon_high,
+        scale_rewards=cfg.scale_rewards,
+        mask_truncated_completions=cfg.mask_truncated_completions,
+        sync_ref_model=cfg.beta > 0 and cfg.ref_model_sync_steps is not None,
+        ref_model_sync_steps=cfg.ref_model_sync_steps or 1,
+        ref_model_mixup_alpha=1.0,  # R1: the reference model is *replaced* by the policy
+        reward_weights=reward_weights,
+        # logging and checkpoints
+        logging_steps=cfg.logging_steps,
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit,
+        save_only_model=False,  # optimizer, scheduler and RNG too: needed to resume
+        report_to="none",
+        log_completions=False,
+        # machine
+        seed=seed,
+        data_seed=seed,
+        bf16=bf16,
+        fp16=False,
+        use_cpu=not cuda,
+        activation_checkpointing=cfg.gradient_checkpointing and cuda,  # transformers 5's name for it
+        dataloader_num_workers=0,
+        **vllm_kwargs,
+    )
+
+
+def prompt_dataset(rows: list[dict], build_prompt: Callable[[str], str | list]):
+    """A ``datasets.Dataset`` with a ``prompt`` column; every other column is kept for the rewards."""
+    from datasets import Dataset
+
+    if not rows:
+        raise ValueError("no training rows")
+    return Dataset.from_list([{**r, "prompt": build_prompt(r["problem"])} for r in rows])
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation
+# ---------------------------------------------------------------------------------------------
+
+
+def evaluate(recipe, model, tokenizer, rows: list[dict], out_dir: Path, model_path: str | None = None) -> dict:
+    """The evaluation runner's protocol (recipe.eval) on ``rows``; results in ``out_dir``."""
+    from eval.generate import make_sampler
+    from eval.runner import evaluate_rows
+
+    cfg = recipe.eval
+    if cfg.backend == "vllm":
+        sampler = make_sampler("vllm", model_path=model_path, seed=recipe.seed,
+                               trust_remote_code=recipe.trust_remote_code)
+    else:
+        sampler = make_sampler("transformers", model=model, tokenizer=tokenizer, batch_size=cfg.batch_size)
+    summary = evaluate_rows(sampler, tokenizer, rows, cfg=cfg, seed=recipe.seed, out_dir=out_dir,
+                            name="task_test", progress=False)
+    (Path(out_dir) / "results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return summary
+
+
+def _describe(summary: dict) -> str:
+    return (f"pass@1 {summary.get('pass@1', 0):.3f}, think {summary.get('think_rate', 0):.2f}, "
+            f"format {summary.get('format_rate', 0):.2f}, mean length {summary.get('mean_length_tokens', 0):.1f} tokens")
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------
+
+
+def save_model_atomically(model, tokenizer, target: Path) -> Path:
+    """save_pretrained into ``.<name>.tmp`` beside ``target``, then rename it into place."""
+    target = Path(target)
+    tmp = target.with_name(f".{target.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+    return target
+
+
+def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_prompt: Callable[[str], str | list],
+           model_ref: str, data_name: str = "task_world_train", data_source: str = "data/taskworld.py",
+           callbacks: Sequence | None = None) -> Path:
+    """Train ``model_ref`` with GRPO under ``cfg`` inside a stage (``ctx``: stages.runner.StageContext).
+
+    Evaluates ``eval_rows`` before and after; returns the final checkpoint folder. ``callbacks`` are
+    extra ``transformers.TrainerCallback`` objects.
+    """
+    from trl import GRPOTrainer
+
+    recipe, m, out = ctx.recipe, ctx.manifest, Path(ctx.dir)
+    seed = recipe.seed if cfg.seed is None else cfg.seed
+    device, bf16 = resolve_device(recipe, cfg)
+    names, funcs, weights = reward_functions(cfg)
+    trainer_dir, metrics_path, final = out / "trainer", out / METRICS_NAME, out / "checkpoint"
+    recorder = RolloutRecorder(out, names, sample_every=cfg.sample_every, samples_per_step=cfg.samples_per_step,
+                               language_target=cfg.language_target)
+
+    # -- where to start: fresh, resumed from checkpoint-N, or training already done ------------
+    resume_from, from_step = None, 0
+    done = ctx.resumed and "train" in m.data["metrics"] and final.is_dir()
+    if not ctx.resumed:  # no manifest existed: anything in the folder is stale
+        shutil.rmtree(trainer_dir, ignore_errors=True)
+        for stale in (metrics_path, out / "eval_before", out / "eval_after", out / "samples", final):
+            shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
+        for stale in out.glob(CANDIDATES_NAME.replace(".jsonl", "*.jsonl")):
+            stale.unlink()
+    elif not done:
+        resume_from = last_complete_checkpoint(trainer_dir, remove_partial=True)
+        from_step = checkpoint_step(resume_from) if resume_from else 0
+        dropped = truncate_jsonl(metrics_path, from_step)
+        recorder.truncate(from_step)
+        log.info("resuming from %s (step %d); dropped %d metric rows past it",
+                 resume_from or "the start (no complete checkpoint)", from_step, dropped)
+    if ctx.resumed and m.data.get("resumes"):
+        m.data["resumes"][-1]["from_step"] = cfg.steps if done else from_step
+        m.save()
+
+    # -- model, data, and the "before" evaluation --------------------------------------------
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    set_seed(seed)
+    model, tokenizer = load_model_and_tokenizer(model_ref, device=device, trust_remote_code=recipe.trust_remote_code,
+                                                dtype=dtype)
+    if m.data["inputs"]["model"] is None:
+        m.set_input_model(model_ref)
+    m.add_input_data(data_name, data_source, rows_used=len(train_rows))
+    if "eval_before" not in m.data["metrics"]:
+        log.info("evaluating %d held-out problems before training", len(eval_rows))
+        m.update_metrics(eval_before=evaluate(recipe, model, tokenizer, eval_rows, out / "eval_before", model_ref))
+    log.info("before: %s", _describe(m.data["metrics"]["eval_before"]))
+
+    # -- training ------------------------------------------------------------------------------
+    if done:
+        log.info("training already finished (%s); evaluating it", final)
+        model, tokenizer = load_model_and_tokenizer(str(final), device=device,
+                                                    trust_remote_code=recipe.trust_remote_code, dtype=dtype)
+    else:
+        args = grpo_config(cfg, output_dir=trainer_dir, seed=seed, device=device, bf16=bf16, reward_weights=weights)
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=[recorder.wrap(n, f) for n, f in zip(names, funcs, strict=True)],
+            args=args,
+            train_dataset=prompt_dataset(train_rows, build_prompt),
+            processing_class=tokenizer,
+            callbacks=[MetricsCallback(metrics_path, names), *(callbacks or [])],
+        )
+        log.info("GRPO: %d steps × %d prompts × %d samples, loss %s, lr %.1e, beta %g, %s, %s",
+                 cfg.steps, cfg.prompts_per_step, cfg.num_generations, cfg.loss_type, cfg.learning_rate, cfg.beta,
+                 device.type, "bf16" if bf16 else "fp32")
+        t0 = time.time()
+        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        train_seconds = time.time() - t0
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        save_model_atomically(model, tokenizer, final)
+        rows = read_metrics(metrics_path)
+        m.update_metrics(train=_train_summary(rows, trainer.state.global_step, from_step, train_seconds,
+                                              recorder.candidates_written))
+        del trainer
+
+    # -- the "after" evaluation ----------------------------------------------------------------
+    log.info("evaluating %d held-out problems after training", len(eval_rows))
+    after = evaluate(recipe, model, tokenizer, eval_rows, out / "eval_after", str(final))
+    m.update_metrics(eval_after=after)
+    log.info("after:  %s", _describe(after))
+    _plot(metrics_path, out / PLOT_NAME, {0: m.data["metrics"]["eval_before"].get("pass@1"),
+                                          cfg.steps: after.get("pass@1")})
+    return final
+
+
+def _train_summary(rows: list[dict], global_step: int, from_step: int, train_seconds: float,
+                   candidates_this_run: int) -> dict:
+    tail = rows[-max(1, len(rows) // 10):] if rows else []
+
+    def mean(key, source=tail):
+        values = [r[key] for r in source if r.get(key) is not None]
+        return round(sum(values) / len(values), 4) if values else None
+
+    seconds = [r["seconds_per_step"] for r in rows if r.get("seconds_per_step") is not None]
+    return {
+        "steps": global_step,
+        "resumed_from_step": from_step,
+        "logged_rows": len(rows),
+        "final_accuracy": mean("accuracy"),
+        "final_format_rate": mean("format_rate"),
+        "final_mean_length": mean("mean_length"),
+        "final_language_mix_rate": mean("language_mix_rate"),
+        "first_accuracy": rows[0].get("accuracy") if rows else None,
+        "first_mean_length": rows[0].get("mean_length") if rows else None,
+        "mean_frac_reward_zero_std": mean("frac_reward_zero_std", rows),
+        "seconds_per_step": round(statistics.median(seconds), 4) if seconds else None,
+        "train_seconds_this_run": round(train_seconds, 1),
+        "cold_start_candidates_this_run": candidates_this_run,
+        "reward_stats": dict(R.STATS),
+    }
+
+
+def _plot(metrics_path: Path, png: Path, evals: dict[int, float | None]) -> None:
+    try:
+        from eval.plots import plot_training
+
+        plot_training(metrics_path, png, evals={k: v for k, v in evals.items() if v is not None})
+    except Exception as e:  # a plot is never worth failing a stage for
+        log.warning("could not plot %s: %s", metrics_path, e)

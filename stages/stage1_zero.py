@@ -1,0 +1,55 @@
+"""Stage 1: DeepSeek-R1-Zero, reinforcement learning straight on the base model.
+
+    r1 stage1 --recipe tiny                         # or: make stage1
+    r1 stage1 --recipe tiny --set stage1.steps=50   # override any stage1.* field
+    r1 stage1 --recipe tiny --restart               # discard a run; an incomplete one resumes by default
+
+The base stage's model (``stages.runner.model_ref`` of the parent manifest: a checkpoint folder, or
+a hub id for real recipes) is trained with GRPO (``stages/rl.py``, TRL's GRPOTrainer) on the task
+world's train split, each problem put in the R1-Zero template of the paper's Table 1 as a plain-text
+prompt (no chat template), with rule-based rewards only: format + accuracy by default
+(``stage1.rewards``), no neural reward model. Held-out test problems are evaluated before and after.
+Correct, well-formed completions are kept in ``cold_start_candidates.jsonl`` for stage 2.
+
+Where this deviates from the paper:
+
+- GRPO is TRL's implementation, configured by ``stage1.*``: on the tiny recipe the DAPO loss
+  (token-level mean, no length normalisation per sequence), beta 0 (no KL, no reference model) and a
+  much higher learning rate than the paper's 3e-6, all chosen for a 1M-parameter model on 2 CPU
+  cores. The paper's own settings (lr 3e-6, KL 0.001, clip 10, 16 samples × 32 questions, reference
+  replaced every 400 steps) are the RLConfig defaults in ``stages/recipe.py``.
+- No dynamic sampling (see ``stages/rl.py``); groups with equal rewards only contribute zero advantage.
+- Training data is the synthetic arithmetic world (or whatever the recipe's task world is), not the
+  paper's math/code/STEM/logic mix; rewards are the project's grader (``eval.verify``) and sandbox.
+- Evaluation is the project's protocol (recipe.eval: k samples, temperature 0.6, top-p 0.95) on the
+  task world's test split, not AIME.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from data.templates import r1_zero_prompt
+from stages.base import task_world
+from stages.rl import run_rl
+from stages.runner import model_ref
+
+log = logging.getLogger("r1")
+
+
+def run(ctx, callbacks=None) -> Path:
+    """Stage body (see stages/runner.py); ``callbacks``: extra TrainerCallbacks (tests use one)."""
+    recipe = ctx.recipe
+    if ctx.parent is None or ctx.parent.stage != "base":
+        raise ValueError("stage1 builds on the base stage: run it with parent_stage='base'")
+    ref = model_ref(ctx.parent)
+    if not ref:
+        raise ValueError(f"{ctx.parent.path}: the base manifest records no model")
+    world = task_world(recipe)
+    train_rows = world.rows("train")
+    eval_rows = world.rows("test")[: recipe.eval.task_test_limit]
+    log.info("stage1 (R1-Zero): %s, %d train problems, %d held-out", ref, len(train_rows), len(eval_rows))
+    return run_rl(ctx, recipe.stage1, train_rows=train_rows, eval_rows=eval_rows, build_prompt=r1_zero_prompt,
+                  model_ref=ref, data_name="task_world_train",
+                  data_source=f"data/taskworld.py (seed {world.seed}, train split)", callbacks=callbacks)

@@ -1,0 +1,156 @@
+"""Reward functions: tables of (completion, columns, expected) on plain and chat completions."""
+
+import functools
+
+import pytest
+
+from stages import rewards as R
+from stages.rewards import (
+    accuracy_reward,
+    format_reward,
+    get_reward,
+    language_consistency_reward,
+    make_language_reward,
+    make_overlong_penalty,
+)
+
+
+def chat(text: str) -> list[dict]:
+    return [{"role": "assistant", "content": text}]
+
+
+GOOD = " <think> 7+9=16, write 6 carry 1 </think> <answer> 936 </answer>"
+
+
+@pytest.mark.parametrize("name, completion, expected", [
+    ("well formed", GOOD, 1.0),
+    ("no leading space", "<think>x</think><answer>1</answer>", 1.0),
+    ("no think", " <answer> 936 </answer>", 0.0),
+    ("empty think", " <think> </think> <answer> 936 </answer>", 0.0),
+    ("empty answer", " <think> a </think> <answer> </answer>", 0.0),
+    ("answer first", " <answer> 1 </answer> <think> a </think>", 0.0),
+    ("two answers", GOOD + " <answer> 2 </answer>", 0.0),
+    ("text after answer", GOOD + " and more", 0.0),
+    ("unclosed think", " <think> 7+9=16", 0.0),
+    ("plain text", "The answer is 936.", 0.0),
+])
+def test_format_reward(name, completion, expected):
+    assert format_reward([completion]) == [expected]
+    assert format_reward([chat(completion)]) == [expected]
+
+
+@pytest.mark.parametrize("name, completion, gold, expected", [
+    ("correct", GOOD, "936", 1.0),
+    ("wrong", GOOD.replace("936", "935"), "936", 0.0),
+    ("no answer tags, after think", " <think> a </think> 936", "936", 1.0),
+    ("boxed in answer", " <think> a </think> <answer> \\boxed{936} </answer>", "936", 1.0),
+    ("fraction gold", " <think> a </think> <answer> 0.5 </answer>", "\\frac{1}{2}", 1.0),
+    ("hedged", " <think> a </think> <answer> 935 or 936 </answer>", "936", 0.0),
+    ("empty", "", "936", 0.0),
+])
+def test_accuracy_reward_math(name, completion, gold, expected):
+    assert accuracy_reward([completion], answer=[gold]) == [expected]
+    assert accuracy_reward([chat(completion)], answer=[gold], verifier=["math"]) == [expected]
+
+
+def test_accuracy_reward_is_none_and_counted_for_unparseable_gold():
+    before = R.STATS["gold_unparseable"]
+    logged = {}
+    out = accuracy_reward([GOOD, GOOD], answer=["\\frac{", "936"], verifier=["math", None],
+                          log_metric=lambda k, v: logged.__setitem__(k, v))
+    assert out == [None, 1.0]
+    assert R.STATS["gold_unparseable"] == before + 1
+    assert logged["accuracy/gold_unparseable"] == 1.0
+
+
+CODE = " <think> add them </think> <answer>\n```python\ndef add(a, b):\n    return a + b\n```\n</answer>"
+
+
+def test_accuracy_reward_routes_code_rows_to_the_sandbox():
+    out = accuracy_reward(
+        [CODE, CODE, GOOD, " <think> x </think> <answer> def add(a, b): return a - b </answer>"],
+        answer=[None, None, "936", None],
+        verifier=["code", "code", "math", "code"],
+        tests=[["assert add(1, 2) == 3", "assert add(2, 2) == 5"], '["assert add(2, 2) == 4"]', None,
+               ["assert add(1, 2) == 3"]],
+    )
+    assert out == [0.5, 1.0, 1.0, 0.0]
+
+
+def test_code_row_without_tests_is_none():
+    assert accuracy_reward([CODE], verifier=["code"], tests=[[]]) == [None]
+
+
+def test_sandbox_error_is_none_and_counted(monkeypatch):
+    import eval.sandbox as sandbox
+
+    def broken(code, tests, **kw):
+        return sandbox.SandboxResult(0, len(tests), 0.0, "sandbox_error", detail="boom")
+
+    monkeypatch.setattr(sandbox, "run_tests", broken)
+    before = R.STATS["sandbox_error"]
+    assert accuracy_reward([CODE], verifier=["code"], tests=[["assert add(1, 2) == 3"]]) == [None]
+    assert R.STATS["sandbox_error"] == before + 1
+
+
+def test_unknown_verifier_is_an_error():
+    with pytest.raises(ValueError, match="verifier"):
+        accuracy_reward([GOOD], answer=["936"], verifier=["chess"])
+
+
+@pytest.mark.parametrize("name, code_text, expected", [
+    ("fenced in answer", CODE, "def add(a, b):\n    return a + b"),
+    ("bare answer", "<answer>x = 1</answer>", "x = 1"),
+    ("after think", "<think>t</think>\n```py\nprint(1)\n```", "print(1)"),
+    ("last fence wins", "<answer>```python\na=1\n```\n```python\nb=2\n```</answer>", "b=2"),
+])
+def test_extract_code(name, code_text, expected):
+    assert R.extract_code(code_text) == expected
+
+
+@pytest.mark.parametrize("name, completion, lang, expected", [
+    ("english", " <think> write 6 carry 1 </think> <answer> 1 </answer>", "en", 1.0),
+    ("mixed", " <think> write 6 carry 1，写3进1 </think>", "en", 0.5),  # write, carry | 写, 进
+    ("chinese target", " <think> write 6 carry 1，写3进1 </think>", "zh", 0.5),
+    ("all chinese, en target", " <think> 写6进1 </think>", "en", 0.0),
+    ("no think", " <answer> 1 </answer>", "en", 0.0),
+    ("no words", " <think> 7+9=16 </think>", "en", None),
+    ("lang column missing → default en", " <think> 写6进1 </think>", None, 0.0),
+])
+def test_language_consistency_reward(name, completion, lang, expected):
+    assert language_consistency_reward([completion], lang=[lang]) == [expected]
+    assert language_consistency_reward([chat(completion)], lang=[lang]) == [expected]
+
+
+def test_language_target_default_via_factory_and_partial():
+    zh = " <think> 写6进1 </think>"
+    assert make_language_reward("zh")([zh]) == [1.0]
+    assert functools.partial(language_consistency_reward, target="zh")([zh]) == [1.0]
+    assert make_language_reward("zh")([zh], lang=["en"]) == [0.0]  # the row's lang wins
+
+
+@pytest.mark.parametrize("length, expected", [(0, 0.0), (6, 0.0), (8, -0.5), (10, -1.0), (14, -1.0)])
+def test_overlong_penalty(length, expected):
+    f = make_overlong_penalty(max_length=10, buffer=4)
+    assert f(["x"], completion_ids=[[1] * length]) == [pytest.approx(expected)]
+
+
+def test_registry():
+    assert get_reward("format") is format_reward
+    assert get_reward("accuracy") is accuracy_reward
+    assert get_reward("language", language_target="zh")([" <think> 写 </think>"]) == [1.0]
+    assert get_reward("overlong", overlong_max_length=4, overlong_buffer=2)(["x"], completion_ids=[[1] * 3]) == [-0.5]
+    with pytest.raises(ValueError):
+        get_reward("overlong", overlong_max_length=4, overlong_buffer=0)
+    with pytest.raises(ValueError, match="unknown reward"):
+        get_reward("neural")
+
+
+def test_trl_calling_convention_extra_kwargs_are_ignored():
+    kwargs = dict(prompts=["p"], completion_ids=[[1, 2]], trainer_state=None, log_extra=lambda *a: None,
+                  log_metric=lambda *a: None, id=["x"], problem=["What is 1 + 1?"], lang=["en"], verifier=["math"],
+                  answer=["2"])
+    completions = [" <think> one plus one </think> <answer> 2 </answer>"]
+    assert format_reward(completions, **kwargs) == [1.0]
+    assert accuracy_reward(completions, **kwargs) == [1.0]
+    assert language_consistency_reward(completions, **kwargs) == [1.0]

@@ -1,0 +1,275 @@
+"""Stage 1 (R1-Zero) end to end on a micro base model: outputs, manifest, resume, refusals.
+
+A 30-step base of a ~20k-parameter Qwen2 is built once per module; it cannot solve anything, so the
+runs add DAPO's overlong penalty (short lengths → graded penalties) to get reward variance and a
+real gradient. The SIGKILL test runs the real CLI in a subprocess.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import TrainerCallback
+
+import stages.base
+import stages.stage1_zero
+from stages.manifest import Manifest, ManifestError
+from stages.recipe import load_recipe
+from stages.rl import checkpoint_problem, last_complete_checkpoint, read_metrics, truncate_jsonl
+from stages.runner import run_stage
+
+REPO = Path(__file__).resolve().parents[1]
+
+MICRO = [
+    "base.pretrain.steps=30", "base.pretrain.batch_size=32", "base.pretrain.warmup_steps=5", "base.architecture.hidden_size=32",
+    "base.architecture.num_hidden_layers=1", "base.architecture.num_attention_heads=2",
+    "base.architecture.num_key_value_heads=2", "base.architecture.intermediate_size=64",
+    "task_world.n_train=200", "task_world.n_test=20",
+    "eval.task_test_limit=8", "eval.k=2", "eval.max_new_tokens=32", "eval.benchmarks=[]",
+    "stage1.steps=4", "stage1.prompts_per_step=2", "stage1.num_generations=4", "stage1.max_completion_length=24",
+    "stage1.warmup_steps=0", "stage1.learning_rate=1e-3", "stage1.save_steps=2", "stage1.sample_every=2",
+    "stage1.rewards={format: 1.0, accuracy: 1.0, overlong: 1.0}", "stage1.overlong_max_length=24",
+    "stage1.overlong_buffer=20",
+]
+
+
+def recipe(run_root: Path, name: str = "tiny", extra: list[str] = ()):
+    return load_recipe("tiny", [f"run_root={run_root}", f"name={name}", *MICRO, *extra])
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory):
+    """A complete micro base stage under <tmp>/tiny/base."""
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("runs")
+    m = run_stage(recipe(root), "base", stages.base.run)
+    assert m.status == "complete"
+    return root
+
+
+def with_base(base_root: Path, root: Path, name: str) -> Path:
+    """A run folder ``root/name`` whose base is a copy of the module's base manifest."""
+    shutil.copytree(base_root / "tiny" / "base", root / name / "base")
+    return root
+
+
+def tensors(folder) -> dict:
+    return load_file(str(Path(folder) / "model.safetensors"))
+
+
+def test_stage1_tiny_run(base_run, tmp_path):
+    root = with_base(base_run, tmp_path, "run")
+    r = recipe(root, "run")
+    m = run_stage(r, "stage1", stages.stage1_zero.run, parent_stage="base")
+    d = r.stage_dir("stage1")
+
+    assert m.status == "complete" and m.stage == "stage1"
+    assert m.data["parent"]["stage"] == "base"
+    assert m.data["inputs"]["model"]["ref"] == str(base_run / "tiny" / "base" / "checkpoint")
+    assert [x["name"] for x in m.data["inputs"]["data"]] == ["task_world_train"]
+    metrics = m.data["metrics"]
+    for key in ("eval_before", "eval_after"):
+        assert metrics[key]["problems"] == 8 and metrics[key]["samples"] == 16
+        assert (d / key / "results.json").is_file() and (d / key / "samples.jsonl").is_file()
+    assert metrics["train"]["steps"] == 4 and metrics["train"]["seconds_per_step"] > 0
+    assert m.checkpoint == str(d / "checkpoint") and m.verify_checkpoint() == []
+
+    rows = read_metrics(d / "metrics.jsonl")
+    assert [row["step"] for row in rows] == [1, 2, 3, 4]
+    for row in rows:
+        assert set(row["rewards"]) == {"format", "accuracy", "overlong"}
+        for key in ("reward", "accuracy", "format_rate", "mean_length", "language_mix_rate", "entropy",
+                    "clip_ratio", "frac_reward_zero_std", "seconds_per_step"):
+            assert row[key] is not None, key
+    assert sorted(p.name for p in (d / "samples").iterdir()) == ["step_00001.jsonl", "step_00002.jsonl",
+                                                                  "step_00004.jsonl"]
+    sample = json.loads((d / "samples" / "step_00002.jsonl").read_text().splitlines()[0])
+    assert {"step", "id", "problem", "answer", "completion", "rewards", "well_formed"} <= set(sample)
+    assert (d / "training_curves.png").stat().st_size > 1000
+    assert (d / "trainer" / "checkpoint-4" / "trainer_state.json").is_file()
+
+    before, after = tensors(base_run / "tiny" / "base" / "checkpoint"), tensors(d / "checkpoint")
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert len(changed) >= len(before) // 2, f"only {changed} changed"
+    assert (d / "checkpoint" / "tokenizer.json").is_file() or (d / "checkpoint" / "tokenizer_config.json").is_file()
+
+    # complete: a second call does nothing
+    again = run_stage(r, "stage1", stages.stage1_zero.run, parent_stage="base")
+    assert again.data["ended_at"] == m.data["ended_at"]
+
+
+class Crash(Exception):
+    pass
+
+
+class CrashAtStep(TrainerCallback):
+    """Dies after the metrics of ``step`` are logged (checkpoint-2 exists by then)."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.global_step == self.step:
+            raise Crash(f"crash at step {state.global_step}")
+
+
+def test_resume_after_crash_ignores_partial_checkpoint(base_run, tmp_path):
+    root = with_base(base_run, tmp_path, "crash")
+    r = recipe(root, "crash")
+    d = r.stage_dir("stage1")
+    with pytest.raises(Crash):
+        run_stage(r, "stage1", lambda ctx: stages.stage1_zero.run(ctx, callbacks=[CrashAtStep(3)]),
+                  parent_stage="base")
+    assert Manifest.load(d).status == "failed"
+    assert [row["step"] for row in read_metrics(d / "metrics.jsonl")] == [1, 2, 3]
+    # a checkpoint cut short: weights written, trainer_state.json not yet
+    partial = d / "trainer" / "checkpoint-3"
+    shutil.copytree(d / "trainer" / "checkpoint-2", partial)
+    (partial / "trainer_state.json").unlink()
+
+    m = run_stage(r, "stage1", stages.stage1_zero.run, parent_stage="base")
+    assert m.status == "complete"
+    assert m.data["resumes"][-1]["from_status"] == "failed" and m.data["resumes"][-1]["from_step"] == 2
+    assert [row["step"] for row in read_metrics(d / "metrics.jsonl")] == [1, 2, 3, 4]
+    state = json.loads((d / "trainer" / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+    assert not partial.exists()
+    assert "eval_before" in m.data["metrics"] and "eval_after" in m.data["metrics"]
+
+
+def test_crash_after_training_resumes_without_retraining(base_run, tmp_path, monkeypatch):
+    import stages.rl
+
+    root = with_base(base_run, tmp_path, "late")
+    r = recipe(root, "late", ["stage1.steps=2"])
+    d = r.stage_dir("stage1")
+    real = stages.rl.evaluate
+
+    def dies_after(recipe_, model, tokenizer, rows, out_dir, model_path=None):
+        if Path(out_dir).name == "eval_after":
+            raise Crash("killed during the final evaluation")
+        return real(recipe_, model, tokenizer, rows, out_dir, model_path)
+
+    monkeypatch.setattr(stages.rl, "evaluate", dies_after)
+    with pytest.raises(Crash):
+        run_stage(r, "stage1", stages.stage1_zero.run, parent_stage="base")
+    trained = tensors(d / "checkpoint")
+    monkeypatch.setattr(stages.rl, "evaluate", real)
+    m = run_stage(r, "stage1", stages.stage1_zero.run, parent_stage="base")
+    assert m.status == "complete" and m.data["resumes"][-1]["from_step"] == 2
+    assert [row["step"] for row in read_metrics(d / "metrics.jsonl")] == [1, 2]
+    assert all(torch.equal(v, tensors(d / "checkpoint")[k]) for k, v in trained.items())
+    assert m.data["metrics"]["eval_after"]["problems"] == 8
+
+
+def test_checkpoint_completeness(tmp_path):
+    t = tmp_path / "trainer"
+
+    def make(step, state=True, weights=True, opt=True, state_step=None):
+        p = t / f"checkpoint-{step}"
+        p.mkdir(parents=True)
+        if state:
+            (p / "trainer_state.json").write_text(json.dumps({"global_step": state_step or step}))
+        if weights:
+            (p / "model.safetensors").write_bytes(b"x" * 10)
+        if opt:
+            (p / "optimizer.pt").write_bytes(b"x")
+            (p / "scheduler.pt").write_bytes(b"x")
+        return p
+
+    good = make(2)
+    assert checkpoint_problem(good) is None
+    assert "trainer_state" in checkpoint_problem(make(4, state=False))
+    assert "weights" in checkpoint_problem(make(6, weights=False))
+    assert "optimizer" in checkpoint_problem(make(8, opt=False))
+    assert "step" in checkpoint_problem(make(10, state_step=9))
+    torn = make(12)
+    (torn / "trainer_state.json").write_text('{"global_st')
+    assert "JSON" in checkpoint_problem(torn)
+    (t / "checkpoint-x").mkdir()
+    assert last_complete_checkpoint(t) == good
+    assert last_complete_checkpoint(t, remove_partial=True) == good
+    assert sorted(p.name for p in t.iterdir()) == ["checkpoint-2", "checkpoint-x"]
+    assert last_complete_checkpoint(tmp_path / "nothing") is None
+
+
+def test_truncate_jsonl(tmp_path):
+    p = tmp_path / "m.jsonl"
+    p.write_text("".join(json.dumps({"step": s}) + "\n" for s in (1, 2, 3, 4)) + '{"step": 5, "tor')
+    assert truncate_jsonl(p, 2) == 3
+    assert [json.loads(x)["step"] for x in p.read_text().splitlines()] == [1, 2]
+
+
+def test_refuses_missing_or_wrong_parent(base_run, tmp_path):
+    r = recipe(tmp_path, "orphan")
+    with pytest.raises(ManifestError, match="no manifest"):
+        run_stage(r, "stage1", stages.stage1_zero.run, parent_stage="base")
+    # a "base" folder holding another stage's manifest
+    wrong = Manifest.start(r.stage_dir("base"), "stage2", r)
+    wrong.complete(None)
+    with pytest.raises(ManifestError, match="expected a 'base' manifest"):
+        run_stage(r, "stage1", stages.stage1_zero.run, parent_stage="base")
+    # an incomplete base
+    r2 = recipe(tmp_path, "running")
+    Manifest.start(r2.stage_dir("base"), "base", r2)
+    with pytest.raises(ManifestError, match="not complete"):
+        run_stage(r2, "stage1", stages.stage1_zero.run, parent_stage="base")
+    assert not (r.stage_dir("stage1") / "manifest.json").exists()
+
+
+def test_vllm_on_cpu_is_refused(base_run, tmp_path):
+    root = with_base(base_run, tmp_path, "vllm")
+    r = recipe(root, "vllm", ["device=cpu", "stage1.use_vllm=true"])
+    with pytest.raises(ValueError, match="vLLM needs CUDA"):
+        run_stage(r, "stage1", stages.stage1_zero.run, parent_stage="base")
+    assert Manifest.load(r.stage_dir("stage1")).status == "failed"
+
+
+def cli(root: Path, name: str, *extra: str) -> list[str]:
+    sets = [f"run_root={root}", f"name={name}", *MICRO, "stage1.steps=8", *extra]
+    return [sys.executable, "-m", "stages.cli", "stage1", "--recipe", "tiny", *[a for s in sets for a in ("--set", s)]]
+
+
+def test_sigkill_then_resume_through_the_cli(base_run, tmp_path):
+    root = with_base(base_run, tmp_path, "kill")
+    d = root / "kill" / "stage1"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.Popen(cli(root, "kill"), cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None:
+            if last_complete_checkpoint(d / "trainer") is not None:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, "stage 1 ended before it could be killed"
+        assert last_complete_checkpoint(d / "trainer") is not None, "no checkpoint within 120 s"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    killed = Manifest.load(d)
+    assert killed.status == "running"  # never "complete" after a kill
+
+    done = subprocess.run(cli(root, "kill"), cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    m = Manifest.load(d)
+    assert m.status == "complete"
+    assert m.data["resumes"][-1]["from_status"] == "running"
+    from_step = m.data["resumes"][-1]["from_step"]
+    assert from_step >= 2 and from_step % 2 == 0
+    assert m.data["metrics"]["train"]["steps"] == 8
+    assert [row["step"] for row in read_metrics(d / "metrics.jsonl")] == list(range(1, 9))
+    state = json.loads((d / "trainer" / "checkpoint-8" / "trainer_state.json").read_text())
+    assert state["global_step"] == 8
+    assert "eval_before" in m.data["metrics"] and "eval_after" in m.data["metrics"]
