@@ -49,10 +49,12 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
+from data.jsonl import append_jsonl
 from data.templates import is_well_formed, think_text
 from eval.language import is_mixed
 from stages import rewards as R
 from stages.common import load_model_and_tokenizer, pick_device, set_seed
+from stages.manifest import atomic_write_json
 
 log = logging.getLogger("r1")
 
@@ -137,17 +139,6 @@ def truncate_jsonl(path: Path, max_step: int) -> int:
     tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
     os.replace(tmp, path)
     return dropped
-
-
-def _append_jsonl(path: Path, rows: list[dict]) -> None:
-    if not rows:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        for r in rows:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def _rank() -> int:
@@ -243,7 +234,7 @@ class RolloutRecorder:
 
         candidates = [dict(row(i), rewards={k: v[i] for k, v in rewards.items()})
                       for i in range(n) if acc[i] is not None and acc[i] >= 1.0 and well[i]]
-        _append_jsonl(self.candidates_path, candidates)
+        append_jsonl(self.candidates_path, candidates)
         self.candidates_written += len(candidates)
 
         if self.rank == 0 and (step == 1 or step % self.sample_every == 0):
@@ -252,7 +243,7 @@ class RolloutRecorder:
                        for i in range(min(n, self.samples_per_step))]
             path = self.samples_dir / f"step_{step:05d}.jsonl"
             path.unlink(missing_ok=True)  # a step that runs again (resume, num_iterations) rewrites its file
-            _append_jsonl(path, samples)
+            append_jsonl(path, samples)
 
     def truncate(self, max_step: int) -> None:
         """Forget everything recorded after ``max_step`` (those steps run again on resume)."""
@@ -313,7 +304,7 @@ class MetricsCallback(TrainerCallback):
             "seconds_per_step": round((now - self.t_last) / steps, 4) if steps > 0 else None,
             "time": round(now, 1),
         }
-        _append_jsonl(self.path, [row])
+        append_jsonl(self.path, [row])
         self.t_last, self.last_step = now, state.global_step
 
 
@@ -443,7 +434,7 @@ def evaluate(recipe, model, tokenizer, rows: list[dict], out_dir: Path, model_pa
         sampler = make_sampler("transformers", model=model, tokenizer=tokenizer, batch_size=cfg.batch_size)
     summary = evaluate_rows(sampler, tokenizer, rows, cfg=cfg, seed=recipe.seed, out_dir=out_dir,
                             name="task_test", progress=False)
-    (Path(out_dir) / "results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    atomic_write_json(Path(out_dir) / "results.json", summary)
     return summary
 
 
