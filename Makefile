@@ -48,6 +48,7 @@ report: setup ## build the run report (not implemented yet)
 # Runs every stage that exists so far; stages already complete are skipped.
 pipeline: setup ## set up and run the whole pipeline on the tiny CPU default
 	$(R1) base $(RUN_FLAGS)
+	$(R1) stage1 $(RUN_FLAGS)
 	$(R1) status runs/$(RECIPE)
 
 clean: ## delete runs/ (keeps .venv)
