@@ -149,7 +149,6 @@ class EvalConfig:
     top_p: float = 0.95
     max_new_tokens: int = 160
     batch_size: int = 64
-    task_test_limit: int = 200  # problems of the task world's test split evaluated per stage
     benchmarks: list[str] = field(default_factory=list)
     benchmark_limit: int | None = None
     backend: Literal["transformers", "vllm"] = "transformers"

@@ -30,8 +30,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from data.datasets import load_rows
 from data.templates import r1_zero_prompt
-from stages.base import task_world
 from stages.rl import run_rl
 from stages.runner import model_ref
 
@@ -46,10 +46,9 @@ def run(ctx, callbacks=None) -> Path:
     ref = model_ref(ctx.parent)
     if not ref:
         raise ValueError(f"{ctx.parent.path}: the base manifest records no model")
-    world = task_world(recipe)
-    train_rows = world.rows("train")
-    eval_rows = world.rows("test")[: recipe.eval.task_test_limit]
-    log.info("stage1 (R1-Zero): %s, %d train problems, %d held-out", ref, len(train_rows), len(eval_rows))
+    train_rows, skipped, source = load_rows(recipe.data.train, recipe)
+    eval_rows, _, eval_source = load_rows(recipe.data.test, recipe)
+    log.info("stage1 (R1-Zero): %s, %d train problems from %s (skipped: %s), %d held-out from %s",
+             ref, len(train_rows), source, skipped or "none", len(eval_rows), eval_source)
     return run_rl(ctx, recipe.stage1, train_rows=train_rows, eval_rows=eval_rows, build_prompt=r1_zero_prompt,
-                  model_ref=ref, data_name="task_world_train",
-                  data_source=f"data/taskworld.py (seed {world.seed}, train split)", callbacks=callbacks)
+                  model_ref=ref, data_name=source, data_source=source, callbacks=callbacks)

@@ -33,7 +33,7 @@ MICRO = [
     "base.architecture.num_hidden_layers=1", "base.architecture.num_attention_heads=2",
     "base.architecture.num_key_value_heads=2", "base.architecture.intermediate_size=64",
     "task_world.n_train=200", "task_world.n_test=20",
-    "eval.task_test_limit=8", "eval.k=2", "eval.max_new_tokens=32", "eval.benchmarks=[]",
+    "data.test.limit=8", "eval.k=2", "eval.max_new_tokens=32", "eval.benchmarks=[]",
     "stage1.steps=4", "stage1.prompts_per_step=2", "stage1.num_generations=4", "stage1.max_completion_length=24",
     "stage1.warmup_steps=0", "stage1.learning_rate=1e-3", "stage1.save_steps=2", "stage1.sample_every=2",
     "stage1.rewards={format: 1.0, accuracy: 1.0, overlong: 1.0}", "stage1.overlong_max_length=24",
@@ -74,7 +74,7 @@ def test_stage1_tiny_run(base_run, tmp_path):
     assert m.status == "complete" and m.stage == "stage1"
     assert m.data["parent"]["stage"] == "base"
     assert m.data["inputs"]["model"]["ref"] == str(base_run / "tiny" / "base" / "checkpoint")
-    assert [x["name"] for x in m.data["inputs"]["data"]] == ["task_world_train"]
+    assert [x["name"] for x in m.data["inputs"]["data"]] == ["task_world:train"]
     metrics = m.data["metrics"]
     for key in ("eval_before", "eval_after"):
         assert metrics[key]["problems"] == 8 and metrics[key]["samples"] == 16
