@@ -39,6 +39,21 @@ def read_jsonl(path: Path) -> list[dict]:
     return [row for _, row in iter_jsonl(path)]
 
 
+def read_jsonl_tolerant(path: Path) -> list[dict]:
+    """Rows of a file written by :func:`append_jsonl`; lines that do not parse (a torn last line
+    left by a crash mid-write) are skipped, and a missing file has no rows."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
 def append_jsonl(path: Path, rows: list[dict]) -> None:
     """Append rows and fsync; creates the file and its folder."""
     if not rows:

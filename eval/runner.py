@@ -12,12 +12,12 @@ samples are already on disk are not generated again.
 
 from __future__ import annotations
 
-import json
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from data.jsonl import append_jsonl
+from data.jsonl import append_jsonl, read_jsonl_tolerant
 from data.templates import is_well_formed, r1_zero_prompt, think_text
 from eval.language import is_mixed
 from eval.metrics import cons_at_k, pass_at_k
@@ -78,18 +78,11 @@ def summarize(records: list[dict], k: int) -> dict:
         # share of chains of thought that mix languages (among samples that open a <think> block)
         "language_mix_rate": (sum(r["mixed_language"] for r in thinking) / len(thinking)) if thinking else None,
         "accuracy_when_thinking": (sum(r["correct"] for r in thinking) / len(thinking)) if thinking else None,
-        "reasons": _count(r["reason"] for r in records),
+        "reasons": dict(Counter(r["reason"] for r in records)),
     }
     direct = [r for r in records if not r["has_think"]]
     out["accuracy_when_direct"] = (sum(r["correct"] for r in direct) / len(direct)) if direct else None
     return out
-
-
-def _count(items) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for x in items:
-        counts[x] = counts.get(x, 0) + 1
-    return counts
 
 
 def evaluate_rows(sampler, tokenizer, rows: list[dict], *, cfg, seed: int, out_dir: Path | None = None,
@@ -128,17 +121,5 @@ def evaluate_rows(sampler, tokenizer, rows: list[dict], *, cfg, seed: int, out_d
 
 
 def _read_samples(path: Path, bench: str) -> list[dict]:
-    """Samples already on disk for ``bench``; a torn last line (a crash mid-write) is dropped."""
-    if not path.exists():
-        return []
-    out, by_id = [], {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if r.get("bench") == bench:
-            by_id.setdefault(r["id"], []).append(r)
-    for rs in by_id.values():
-        out.extend(rs)
-    return out
+    """Samples already on disk for ``bench`` (a torn last line from a crash is skipped)."""
+    return [r for r in read_jsonl_tolerant(path) if r.get("bench") == bench]

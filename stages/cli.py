@@ -12,7 +12,6 @@ qwen2.5-math-7b --resume``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -143,5 +142,3 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     sys.exit(main())
 
-
-__all__ = ["main", "build_parser", "STAGES", "json"]

@@ -30,10 +30,6 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def cpu_threads() -> int:
-    return torch.get_num_threads()
-
-
 def load_model_and_tokenizer(path_or_id: str, *, device: torch.device, trust_remote_code: bool, dtype=None):
     """Load a causal LM and its tokenizer from a local checkpoint or hub id (never fetches remote code
     unless the recipe sets ``trust_remote_code``)."""

@@ -49,7 +49,7 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-from data.jsonl import append_jsonl
+from data.jsonl import append_jsonl, read_jsonl_tolerant
 from data.templates import is_well_formed, think_text
 from eval.language import is_mixed
 from stages import rewards as R
@@ -308,20 +308,6 @@ class MetricsCallback(TrainerCallback):
         self.t_last, self.last_step = now, state.global_step
 
 
-
-def read_metrics(path: Path) -> list[dict]:
-    path = Path(path)
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
-
-
 # ---------------------------------------------------------------------------------------------
 # Configuration
 # ---------------------------------------------------------------------------------------------
@@ -534,7 +520,7 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
         train_seconds = time.time() - t0
         model = trainer.accelerator.unwrap_model(trainer.model)
         save_model_atomically(model, tokenizer, final)
-        rows = read_metrics(metrics_path)
+        rows = read_jsonl_tolerant(metrics_path)
         m.update_metrics(train=_train_summary(rows, trainer.state.global_step, from_step, train_seconds,
                                               recorder.candidates_written))
         del trainer

@@ -21,9 +21,10 @@ from transformers import TrainerCallback
 
 import stages.base
 import stages.stage1_zero
+from data.jsonl import read_jsonl_tolerant
 from stages.manifest import Manifest, ManifestError
 from stages.recipe import load_recipe
-from stages.rl import checkpoint_problem, last_complete_checkpoint, read_metrics, truncate_jsonl
+from stages.rl import checkpoint_problem, last_complete_checkpoint, truncate_jsonl
 from stages.runner import run_stage
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,7 +83,7 @@ def test_stage1_tiny_run(base_run, tmp_path):
     assert metrics["train"]["steps"] == 4 and metrics["train"]["seconds_per_step"] > 0
     assert m.checkpoint == str(d / "checkpoint") and m.verify_checkpoint() == []
 
-    rows = read_metrics(d / "metrics.jsonl")
+    rows = read_jsonl_tolerant(d / "metrics.jsonl")
     assert [row["step"] for row in rows] == [1, 2, 3, 4]
     for row in rows:
         assert set(row["rewards"]) == {"format", "accuracy", "overlong"}
@@ -129,7 +130,7 @@ def test_resume_after_crash_ignores_partial_checkpoint(base_run, tmp_path):
         run_stage(r, "stage1", lambda ctx: stages.stage1_zero.run(ctx, callbacks=[CrashAtStep(3)]),
                   parent_stage="base")
     assert Manifest.load(d).status == "failed"
-    assert [row["step"] for row in read_metrics(d / "metrics.jsonl")] == [1, 2, 3]
+    assert [row["step"] for row in read_jsonl_tolerant(d / "metrics.jsonl")] == [1, 2, 3]
     # a checkpoint cut short: weights written, trainer_state.json not yet
     partial = d / "trainer" / "checkpoint-3"
     shutil.copytree(d / "trainer" / "checkpoint-2", partial)
@@ -138,7 +139,7 @@ def test_resume_after_crash_ignores_partial_checkpoint(base_run, tmp_path):
     m = run_stage(r, "stage1", stages.stage1_zero.run, parent_stage="base")
     assert m.status == "complete"
     assert m.data["resumes"][-1]["from_status"] == "failed" and m.data["resumes"][-1]["from_step"] == 2
-    assert [row["step"] for row in read_metrics(d / "metrics.jsonl")] == [1, 2, 3, 4]
+    assert [row["step"] for row in read_jsonl_tolerant(d / "metrics.jsonl")] == [1, 2, 3, 4]
     state = json.loads((d / "trainer" / "checkpoint-4" / "trainer_state.json").read_text())
     assert state["global_step"] == 4
     assert not partial.exists()
@@ -165,7 +166,7 @@ def test_crash_after_training_resumes_without_retraining(base_run, tmp_path, mon
     monkeypatch.setattr(stages.rl, "evaluate", real)
     m = run_stage(r, "stage1", stages.stage1_zero.run, parent_stage="base")
     assert m.status == "complete" and m.data["resumes"][-1]["from_step"] == 2
-    assert [row["step"] for row in read_metrics(d / "metrics.jsonl")] == [1, 2]
+    assert [row["step"] for row in read_jsonl_tolerant(d / "metrics.jsonl")] == [1, 2]
     assert all(torch.equal(v, tensors(d / "checkpoint")[k]) for k, v in trained.items())
     assert m.data["metrics"]["eval_after"]["problems"] == 8
 
@@ -269,7 +270,7 @@ def test_sigkill_then_resume_through_the_cli(base_run, tmp_path):
     from_step = m.data["resumes"][-1]["from_step"]
     assert from_step >= 2 and from_step % 2 == 0
     assert m.data["metrics"]["train"]["steps"] == 8
-    assert [row["step"] for row in read_metrics(d / "metrics.jsonl")] == list(range(1, 9))
+    assert [row["step"] for row in read_jsonl_tolerant(d / "metrics.jsonl")] == list(range(1, 9))
     state = json.loads((d / "trainer" / "checkpoint-8" / "trainer_state.json").read_text())
     assert state["global_step"] == 8
     assert "eval_before" in m.data["metrics"] and "eval_after" in m.data["metrics"]
