@@ -49,6 +49,8 @@ report: setup ## build the run report (not implemented yet)
 pipeline: setup ## set up and run the whole pipeline on the tiny CPU default
 	$(R1) base $(RUN_FLAGS)
 	$(R1) stage1 $(RUN_FLAGS)
+	$(R1) stage2 $(RUN_FLAGS)
+	$(R1) stage3 $(RUN_FLAGS)
 	$(R1) status runs/$(RECIPE)
 
 clean: ## delete runs/ (keeps .venv)

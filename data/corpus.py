@@ -2,9 +2,20 @@
 
 A real base model has seen problems answered directly, worked solutions in several languages, and,
 now and then, text that looks like the R1-Zero template. This corpus holds the same kinds of
-documents about the task world (see ``CorpusConfig``). The mix is chosen so that the base model,
-prompted with the R1-Zero template, *sometimes* reasons and sometimes answers directly, and
-reasoning is more often right: that gap is what RL in stage 1 can discover and exploit.
+documents about the task world (see ``CorpusConfig``):
+
+- ``direct``:          ``Question: What is 34 + 57?\nAnswer:`` → `` 91``;
+- ``worked``:          a short transcript, ``User: What is 34 + 57? Assistant:`` → `` <think> trace
+                       </think> <answer> 91 </answer>`` (the R1 format without the template's preamble);
+- ``template_reason``: the full R1-Zero prompt → the same reasoning completion;
+- ``template_direct``: the full R1-Zero prompt → `` <answer> 91 </answer>`` (no reasoning).
+
+The mix is chosen so that the base model, prompted with the R1-Zero template, *sometimes* reasons and
+sometimes answers directly, and reasoning is far more often right: that gap is what RL in stage 1 can
+discover and exploit. Worked solutions are written as short transcripts because the tiny model did
+not transfer arithmetic learnt after ``Question: … Solution:`` to the template (in-template reasoning
+was ~0-4% accurate while ``Solution:`` traces were mostly right); with the same local context
+(``… Assistant: <think>``), reasoning under the full template was 62% accurate in one run.
 
 Every document is a (prompt, completion) pair; pretraining puts the loss on the completion only
 (the prompt is a random problem: predicting its digits teaches nothing). Documents are drawn from
@@ -31,21 +42,29 @@ def corpus_documents(world: TaskWorld, corpus, n_docs: int, seed: int) -> list[d
     if abs(sum(shares.values()) - 1.0) > 1e-6:
         raise ValueError(f"corpus shares must sum to 1, got {shares}")
     rng = random.Random(seed)
-    docs = []
+    docs, standalone = [], []  # standalone: documents that do not follow another one
     while len(docs) < n_docs:
         p = sample_problem(rng, rng.choice(world.families), world.min_digits, world.max_digits)
         if split_of(p, world.test_percent) != "train":
             continue
-        kind = _choose(rng, shares)
+        kind, follows = _choose(rng, shares), False
         lang = _choose(rng, corpus.trace_langs) if kind in ("worked", "template_reason") else None
         if kind == "direct":
             prompt, completion = f"Question: {p.text}\nAnswer:", f" {p.answer}"
-        elif kind == "worked":
-            prompt, completion = f"Question: {p.text}\nSolution:", " " + trace(p, lang, rng)
+        elif kind == "worked":  # a short transcript: the R1 format without the template's preamble
+            prompt = f"User: {p.text} Assistant:"
+            completion = r1_zero_completion(str(p.answer), trace(p, lang, rng))
+            follows = bool(standalone) and rng.random() < corpus.context_share
+            if follows:  # after an earlier document, as in a long text
+                prev = standalone[rng.randrange(len(standalone))]
+                prompt = prev["prompt"] + prev["completion"] + "\n" + prompt
         elif kind == "template_reason":
             prompt, completion = r1_zero_prompt(p.text), r1_zero_completion(str(p.answer), trace(p, lang, rng))
         else:
             prompt, completion = r1_zero_prompt(p.text), r1_zero_completion(str(p.answer), None)
-        docs.append({"type": kind, "prompt": prompt, "completion": completion, "lang": lang,
-                     "id": problem_row(p, "train")["id"]})
+        doc = {"type": kind, "prompt": prompt, "completion": completion, "lang": lang,
+               "id": problem_row(p, "train")["id"]}
+        docs.append(doc)
+        if not (kind == "worked" and follows):
+            standalone.append(doc)
     return docs

@@ -31,6 +31,21 @@ def r1_zero_prompt(problem: str) -> str:
     return text.replace(problem + ". Assistant:", problem + " Assistant:") if problem[-1:] in "?.!" else text
 
 
+# DeepSeek-R1's recommended evaluation instruction for math; stages 2-4 train with the same user turn.
+CHAT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+
+
+def chat_user_message(problem: str) -> str:
+    """The user turn of every chat-template stage (SFT, reasoning RL, evaluation)."""
+    return f"{problem.strip()}\n{CHAT_INSTRUCTION}"
+
+
+def r1_response(reasoning: str, answer: str) -> str:
+    """DeepSeek-R1's readable pattern ``<reasoning_process>`` then ``<summary>``: a think block, then a
+    one-line summary with the final answer boxed (what the cold-start set teaches, stage 2)."""
+    return f"{THINK_OPEN}\n{reasoning.strip()}\n{THINK_CLOSE}\n\nThe final answer is \\boxed{{{answer}}}."
+
+
 def r1_zero_completion(answer: str, reasoning: str | None) -> str:
     """A completion in the R1-Zero format; ``reasoning=None`` answers without a think block."""
     if reasoning is None:
@@ -79,3 +94,16 @@ def is_well_formed(completion: str) -> bool:
     if not m or not m["think"].strip() or not m["answer"].strip():
         return False
     return all(completion.count(tag) == 1 for tag in TAGS)
+
+
+_READABLE = re.compile(r"^\s*<think>(?P<think>.*?)</think>(?P<summary>.*)$", re.S)
+
+
+def is_readable_response(completion: str) -> bool:
+    """Stages 2-4's pattern (:func:`r1_response`): exactly one non-empty think block, then a summary
+    that holds a ``\\boxed{…}`` final answer and no other tags."""
+    m = _READABLE.match(completion)
+    if not m or not m["think"].strip() or "\\boxed{" not in m["summary"]:
+        return False
+    return completion.count(THINK_OPEN) == 1 and completion.count(THINK_CLOSE) == 1 and not any(
+        tag in completion for tag in (ANSWER_OPEN, ANSWER_CLOSE))

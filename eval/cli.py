@@ -15,7 +15,7 @@ from data.datasets import load_rows
 from eval.benchmarks import load_benchmark
 from eval.generate import make_sampler
 from eval.runner import evaluate_rows
-from stages.common import load_model_and_tokenizer, pick_device
+from stages.common import load_model_and_tokenizer, load_tokenizer, pick_device
 from stages.manifest import MANIFEST_NAME, Manifest, atomic_write_json, now
 from stages.recipe import load_recipe
 
@@ -37,6 +37,19 @@ def latest_model(recipe) -> str:
                             "first or pass --model")
 
 
+# Stages whose models were trained to answer in the chat template (the cold start onwards).
+CHAT_STAGES = ("stage2", "stage3", "stage4", "distill")
+
+
+def template_for(ref: str, default: str) -> str:
+    """The prompt format a model was trained in: ``chat`` for a checkpoint of a stage from the cold start
+    on (read from the manifest beside it), else ``default``."""
+    manifest = Path(ref).parent / MANIFEST_NAME
+    if Path(ref).is_dir() and manifest.is_file() and Manifest.load(manifest).stage in CHAT_STAGES:
+        return "chat"
+    return default
+
+
 def benchmark_rows(name: str, recipe, limit: int | None, data_dir: str | None) -> list[dict]:
     if name == "task":  # the recipe's held-out split (the task world's test split on tiny)
         rows = load_rows(recipe.data.test, recipe)[0]
@@ -55,6 +68,7 @@ def run_eval(args) -> int:
     if args.backend:
         cfg.backend = args.backend
     ref = args.model or latest_model(recipe)
+    cfg.prompt_template = args.template or template_for(ref, cfg.prompt_template)
     local = Path(ref).is_dir()
     out = Path(args.out) if args.out else (
         Path(ref) / "eval" if local else recipe.stage_dir("eval") / re.sub(r"[^A-Za-z0-9_.-]+", "_", ref))
@@ -64,10 +78,8 @@ def run_eval(args) -> int:
                                        data_dir) for b in benches}  # load all first: fail before the model
 
     if cfg.backend == "vllm":
-        from transformers import AutoTokenizer
-
         model = None
-        tokenizer = AutoTokenizer.from_pretrained(ref, trust_remote_code=recipe.trust_remote_code)
+        tokenizer = load_tokenizer(ref, trust_remote_code=recipe.trust_remote_code)
     else:
         model, tokenizer = load_model_and_tokenizer(ref, device=pick_device(recipe.device),
                                                     trust_remote_code=recipe.trust_remote_code)

@@ -4,11 +4,13 @@
 the two curves of DeepSeek-R1's Figures 2 (AIME accuracy of R1-Zero during training) and 3 (average
 response length of R1-Zero during training). Raw per-step values are drawn faintly, with a moving
 average over them.
+
+``plot_compare({label: metrics.jsonl}, out.png, title)``: several runs on shared axes (stage 1 against
+stage 3: the cold start's head start in accuracy, and language mixing falling).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import matplotlib
@@ -32,18 +34,61 @@ def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
     return [p[0] for p in pairs], [float(p[1]) for p in pairs]
 
 
+def _read_rows(path: Path) -> list[dict]:
+    from data.jsonl import read_jsonl_tolerant
+
+    return read_jsonl_tolerant(path)
+
+
+def steps_to_reach(rows: list[dict], target: float, key: str = "accuracy", window: int = 5) -> int | None:
+    """The first step at which the moving average (``window``) of ``key`` reaches ``target``; None if never."""
+    steps, values = _series(rows, key)
+    for step, v in zip(steps, _moving_average(values, window), strict=True):
+        if v >= target:
+            return step
+    return None
+
+
+def plot_compare(runs: dict[str, Path], out_path: Path, title: str, keys=("accuracy", "language_mix_rate")) -> Path:
+    """One panel per metric ``keys``, one curve (moving average) per run ``label → metrics.jsonl``: e.g.
+    stage 1 against stage 3, to show the cold start's head start and language mixing falling."""
+    fig, axes = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 4))
+    for ax, key in zip(axes, keys, strict=True):
+        for i, (label, path) in enumerate(runs.items()):
+            steps, values = _series(_read_rows(path), key)
+            if steps:
+                ax.plot(steps, values, color=f"C{i}", alpha=0.25, linewidth=1)
+                ax.plot(steps, _moving_average(values, max(1, len(values) // 20)), color=f"C{i}", linewidth=2,
+                        label=label)
+        ax.set_xlabel("step")
+        ax.set_ylabel(key.replace("_", " "))
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="best", fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, out_path)
+
+
+def _save(fig, out_path: Path) -> Path:
+    """savefig to a temporary name, then rename (atomic)."""
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_path.with_name(f".{out_path.stem}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    tmp.replace(out_path)
+    return out_path
+
+
 def plot_training(metrics_path: Path, out_path: Path, title: str | None = None,
                   evals: dict[int, float] | None = None) -> Path | None:
     """Write the accuracy / response-length figure; None when there are no rows to plot.
 
     ``evals``: step → held-out pass@1 (e.g. before and after training), drawn as markers.
     """
-    rows = []
-    for line in Path(metrics_path).read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
+    rows = _read_rows(metrics_path)
     if not rows:
         return None
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -72,10 +117,4 @@ def plot_training(metrics_path: Path, out_path: Path, title: str | None = None,
             ax.legend(loc="best", fontsize=8)
     fig.suptitle(title or f"RL training: {Path(metrics_path).parent.name}")
     fig.tight_layout()
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(f".{out_path.stem}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    tmp.replace(out_path)
-    return out_path
+    return _save(fig, out_path)

@@ -18,12 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from data.jsonl import append_jsonl, read_jsonl_tolerant
-from data.templates import is_well_formed, r1_zero_prompt, think_text
+from data.templates import chat_user_message, is_readable_response, is_well_formed, r1_zero_prompt, think_text
 from eval.language import is_mixed
 from eval.metrics import cons_at_k, pass_at_k
 from eval.verify import grade_batch
-
-CHAT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 
 
 def prompt_builder(kind: str, tokenizer) -> Callable[[str], str]:
@@ -33,7 +31,7 @@ def prompt_builder(kind: str, tokenizer) -> Callable[[str], str]:
         if tokenizer.chat_template is None:
             raise ValueError("eval.prompt_template is 'chat' but the tokenizer has no chat template")
         return lambda problem: tokenizer.apply_chat_template(
-            [{"role": "user", "content": f"{problem}\n{CHAT_INSTRUCTION}"}], tokenize=False, add_generation_prompt=True
+            [{"role": "user", "content": chat_user_message(problem)}], tokenize=False, add_generation_prompt=True
         )
     raise ValueError(f"unknown prompt template {kind!r}")
 
@@ -50,6 +48,7 @@ def grade_samples(rows: list[dict], completions: list[list[dict]], target_lang: 
             "pred": g.pred, "correct": g.correct, "reason": g.reason,
             "num_tokens": c["num_tokens"], "truncated": c["truncated"],
             "has_think": think is not None, "well_formed": is_well_formed(c["text"]),
+            "readable": is_readable_response(c["text"]),
             "mixed_language": bool(think and is_mixed(think, target=row.get("lang") or target_lang)),
         })
     return records
@@ -75,6 +74,7 @@ def summarize(records: list[dict], k: int) -> dict:
         "truncated_rate": sum(r["truncated"] for r in records) / len(records),
         "think_rate": len(thinking) / len(records),
         "format_rate": sum(r["well_formed"] for r in records) / len(records),
+        "readable_rate": sum(r.get("readable", False) for r in records) / len(records),
         # share of chains of thought that mix languages (among samples that open a <think> block)
         "language_mix_rate": (sum(r["mixed_language"] for r in thinking) / len(thinking)) if thinking else None,
         "accuracy_when_thinking": (sum(r["correct"] for r in thinking) / len(thinking)) if thinking else None,

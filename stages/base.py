@@ -32,7 +32,7 @@ from data.templates import r1_zero_prompt
 from data.tokenizer import build_tokenizer
 from eval.generate import make_sampler
 from eval.runner import evaluate_rows
-from stages.common import set_seed
+from stages.common import load_tokenizer, set_seed
 
 log = logging.getLogger("r1")
 
@@ -124,6 +124,7 @@ def pretrain_tiny(recipe, log=print):
         f"vocab {len(tokenizer)}, built in {time.time() - t0:.1f}s")
 
     model = build_tiny_model(cfg.architecture, len(tokenizer), eos)
+    model.set_attn_implementation(cfg.pretrain.attn_implementation)
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: Qwen2 {n_params / 1e6:.2f}M parameters")
     pt = cfg.pretrain
@@ -137,6 +138,11 @@ def pretrain_tiny(recipe, log=print):
         return pt.learning_rate * (pt.min_lr_ratio + (1 - pt.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
     batches = make_batches(docs, rows, pt.batch_size, pt.batching, random.Random(recipe.seed))
+    # Loss = sum over completion tokens / a constant (the corpus's mean completion tokens per batch), not
+    # the per-batch token mean: with batches of one document type, a per-batch mean gives a short answer's
+    # tokens several times the weight of a long trace's, which biased the model's first choice (answer
+    # directly or think) far from the corpus's shares (think rate 6% instead of 45% in one run).
+    tokens_per_batch = pt.batch_size * sum(len(c) for _, c in rows) / len(rows)
     losses = []
     model.train()
     t_train = time.time()
@@ -145,7 +151,8 @@ def pretrain_tiny(recipe, log=print):
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=pt.bf16_autocast):
-            loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+            loss = model(input_ids=input_ids, attention_mask=attention, labels=labels,
+                         num_items_in_batch=tokens_per_batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -164,16 +171,23 @@ def pretrain_tiny(recipe, log=print):
         "loss_curve": losses[:: max(1, len(losses) // 50)],
         "pretrain_seconds": time.time() - t_train,
     }
+    model.set_attn_implementation("sdpa")
     return model, tokenizer, stats
 
 
 def check_tokenizer_round_trip(checkpoint: Path, sample_text: str) -> None:
-    """Reload the saved tokenizer the way every later stage will, and insist it round-trips a prompt
-    (a tokenizer reloaded as another class can silently drop spaces)."""
-    from transformers import AutoTokenizer
+    """Reload the saved tokenizer the way every later stage will, and insist it tokenizes ``sample_text``
+    exactly as the saved ``tokenizer.json`` does and round-trips it (a tokenizer reloaded as another
+    class can split text differently, or drop spaces, without any error)."""
+    from tokenizers import Tokenizer
 
-    tok = AutoTokenizer.from_pretrained(checkpoint)
-    back = tok.decode(tok(sample_text, add_special_tokens=False)["input_ids"])
+    tok = load_tokenizer(str(checkpoint))
+    ids = tok(sample_text, add_special_tokens=False)["input_ids"]
+    saved = Tokenizer.from_file(str(checkpoint / "tokenizer.json")).encode(sample_text, add_special_tokens=False).ids
+    if ids != saved:
+        raise RuntimeError(f"tokenizer reloaded from {checkpoint} as {type(tok).__name__} splits text differently "
+                           f"from its tokenizer.json: {tok.convert_ids_to_tokens(ids)[:12]} …")
+    back = tok.decode(ids)
     if back != sample_text:
         raise RuntimeError(f"tokenizer saved in {checkpoint} does not round-trip: {sample_text!r} → {back!r}")
 

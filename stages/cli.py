@@ -23,7 +23,7 @@ from stages.recipe import RecipeError, load_recipe
 STAGES = {
     "base": ("stages.base", None),
     "stage1": ("stages.stage1_zero", "base"),
-    "stage2": ("stages.stage2_cold_start", "base"),
+    "stage2": ("stages.stage2_cold_start", "stage1"),
     "stage3": ("stages.stage3_reasoning_rl", "stage2"),
     "stage4": ("stages.stage4_final", "stage3"),
     "distill": ("stages.distill", "stage4"),
@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--out", help="output folder (default: <model>/eval, or runs/<recipe>/eval/<id>)")
     ev.add_argument("--benchmarks-dir", help="local benchmark files (default: $R1_BENCHMARKS_DIR, else the hub)")
     ev.add_argument("--backend", choices=["transformers", "vllm"])
+    ev.add_argument("--template", choices=["r1_zero", "chat"],
+                    help="prompt format (default: chat for models of stage 2 and later, else eval.prompt_template)")
     ev.add_argument("--recipe", default="tiny")
     ev.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
 

@@ -30,17 +30,34 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def load_tokenizer(path_or_id: str, *, trust_remote_code: bool = False):
+    """``AutoTokenizer``, except for a local tokenizer saved as a plain ``TokenizersBackend`` (the tiny
+    default's): transformers 5 maps every ``qwen2`` checkpoint to ``Qwen2Tokenizer``, which rebuilds the
+    pre-tokenizer from Qwen2's regex and so tokenizes differently from training, silently (the text still
+    round-trips). Such a tokenizer is loaded as saved."""
+    import json
+
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    config = Path(path_or_id) / "tokenizer_config.json"
+    if config.is_file() and json.loads(config.read_text()).get("tokenizer_class") == "TokenizersBackend":
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(path_or_id)
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(path_or_id, trust_remote_code=trust_remote_code)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
 def load_model_and_tokenizer(path_or_id: str, *, device: torch.device, trust_remote_code: bool, dtype=None):
     """Load a causal LM and its tokenizer from a local checkpoint or hub id (never fetches remote code
     unless the recipe sets ``trust_remote_code``)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     if not Path(path_or_id).exists() and os.environ.get("HF_HUB_OFFLINE") == "1":
         raise FileNotFoundError(f"model {path_or_id!r}: no such local path, and the hub is offline")
-    tokenizer = AutoTokenizer.from_pretrained(path_or_id, trust_remote_code=trust_remote_code)
+    tokenizer = load_tokenizer(path_or_id, trust_remote_code=trust_remote_code)
     model = AutoModelForCausalLM.from_pretrained(
         path_or_id, trust_remote_code=trust_remote_code, dtype=dtype or "auto"
     ).to(device)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer

@@ -63,6 +63,11 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, ensure_ascii=False) + "\n")
 
 
+def write_jsonl_atomic(path: Path, rows: list[dict]) -> None:
+    """A whole JSON Lines file, atomically (see :func:`atomic_write_text`)."""
+    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

@@ -28,6 +28,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 RECIPES_DIR = REPO_ROOT / "recipes"
 
 
+# Reward names an RL section may weight (``stages/rewards.py`` implements them).
+REWARD_NAMES = ("format", "summary_format", "accuracy", "language", "overlong")
+
+
 class RecipeError(ValueError):
     """A recipe file or override is invalid; the message names the file and the key."""
 
@@ -100,15 +104,18 @@ class CorpusConfig:
     """The tiny base model's synthetic pretraining mix: shares of each document type.
 
     direct:          "Question: …\\nAnswer: 936"
-    worked:          "Question: …\\nSolution: <digit-by-digit trace> answer 936"
+    worked:          "User: … Assistant: <think> <digit-by-digit trace> </think> <answer> 936 </answer>"
     template_reason: the R1-Zero template followed by <think> trace </think> <answer> 936 </answer>
     template_direct: the R1-Zero template followed by <answer> 936 </answer>
     """
 
-    direct: float = 0.2
+    direct: float = 0.1
     worked: float = 0.6
-    template_reason: float = 0.05
-    template_direct: float = 0.15
+    template_reason: float = 0.08
+    template_direct: float = 0.22
+    # share of worked transcripts that follow another document in their row (so that finding the
+    # operands does not depend on where the transcript starts, as under the template's preamble)
+    context_share: float = 0.5
     trace_langs: dict[str, float] = field(default_factory=lambda: {"en": 0.7, "zh": 0.15, "mix": 0.15})
 
 
@@ -121,6 +128,9 @@ class PretrainConfig:
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.01
     bf16_autocast: bool = True
+    # eager attention + bf16 autocast was 1.6x faster than sdpa fp32 here (scripts/bench_pretrain_step.py);
+    # the saved checkpoint keeps the default (sdpa) for every later stage
+    attn_implementation: Literal["sdpa", "eager"] = "eager"
     batching: Literal["by_type", "by_length", "random"] = "by_type"  # see stages/base.py make_batches
     log_every: int = 25
 
@@ -229,9 +239,9 @@ class RLConfig:
             problems.append(f"epsilon_high ({self.epsilon_high}) must be >= epsilon ({self.epsilon})")
         if not self.rewards:
             problems.append("rewards is empty")
-        unknown = sorted(set(self.rewards) - {"format", "accuracy", "language", "overlong"})
+        unknown = sorted(set(self.rewards) - set(REWARD_NAMES))
         if unknown:
-            problems.append(f"unknown reward {unknown[0]!r} (known: accuracy, format, language, overlong)")
+            problems.append(f"unknown reward {unknown[0]!r} (known: {', '.join(REWARD_NAMES)})")
         if "overlong" in self.rewards:
             top = self.overlong_max_length or self.max_completion_length
             if not 0 < self.overlong_buffer <= top:
@@ -240,6 +250,80 @@ class RLConfig:
             problems.append(f"need 0 < top_p <= 1 and temperature > 0, got {self.top_p}, {self.temperature}")
         if problems:
             raise RecipeError("RL section: " + "; ".join(problems))
+
+
+@dataclass
+class ReasoningRLConfig(RLConfig):
+    """Stage 3 (reasoning-oriented RL): an RL section whose default rewards are DeepSeek-R1's for this
+    stage: correctness, the readable format of the cold start, and language consistency."""
+
+    rewards: dict[str, float] = field(default_factory=lambda: {"accuracy": 1.0, "summary_format": 1.0,
+                                                               "language": 1.0})
+
+
+@dataclass
+class LoraSpec:
+    """LoRA adapters through peft (merged into the weights when the stage saves its checkpoint)."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
+                                                               "gate_proj", "up_proj", "down_proj"])
+
+
+@dataclass
+class SFTSpec:
+    """One supervised fine-tuning run on TRL's SFTTrainer (``stages/sft.py``), loss on the assistant's
+    tokens only. Defaults are DeepSeek-R1's stage-4 SFT where the paper gives them (two epochs)."""
+
+    epochs: float = 2.0
+    learning_rate: float = 1e-5
+    lr_scheduler_type: Literal["constant", "constant_with_warmup", "linear", "cosine"] = "cosine"
+    warmup_steps: float = 0.03  # a value below 1 is a fraction of all steps (transformers)
+    weight_decay: float = 0.0
+    batch_size: int = 8  # per device
+    gradient_accumulation_steps: int = 1
+    max_length: int = 8192
+    logging_steps: int = 10
+    save_steps: int = 200
+    save_total_limit: int = 2
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    gradient_checkpointing: bool = True  # CUDA only
+    lora: LoraSpec | None = None
+    seed: int | None = None  # null: the recipe's seed
+
+    def __post_init__(self):
+        if self.epochs <= 0 or self.batch_size < 1 or self.gradient_accumulation_steps < 1 or self.max_length < 16:
+            raise ValueError("SFT: need epochs > 0, batch_size >= 1, gradient_accumulation_steps >= 1, "
+                             f"max_length >= 16; got {self.epochs}, {self.batch_size}, "
+                             f"{self.gradient_accumulation_steps}, {self.max_length}")
+
+
+@dataclass
+class ColdStartConfig:
+    """Filters and caps of the cold-start set (``data/cold_start.py``; every drop reason is counted).
+
+    ``user_dataset``: an extra set of long chains of thought (rows with ``problem``, ``answer`` and
+    ``reasoning`` or ``completion``), e.g. ``{source: jsonl, name: my_cot.jsonl}``; null: none.
+    """
+
+    max_samples: int = 5000
+    max_per_problem: int = 2
+    min_reasoning_chars: int = 20
+    max_reasoning_chars: int = 20000
+    max_paragraph_chars: int = 1200
+    max_repeat_share: float = 0.2
+    language_target: str = "en"
+    user_dataset: DatasetSpec | None = None
+
+
+@dataclass
+class Stage2Config:
+    """Stage 2: build the cold-start set from stage 1's candidates, then SFT the *base* model on it."""
+
+    cold_start: ColdStartConfig = field(default_factory=ColdStartConfig)
+    sft: SFTSpec = field(default_factory=SFTSpec)
 
 
 @dataclass
@@ -254,6 +338,8 @@ class Recipe:
     base: BaseConfig = field(default_factory=BaseConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     stage1: RLConfig = field(default_factory=RLConfig)
+    stage2: Stage2Config = field(default_factory=Stage2Config)
+    stage3: ReasoningRLConfig = field(default_factory=ReasoningRLConfig)
 
     def stage_dir(self, stage: str) -> Path:
         root = Path(self.run_root)

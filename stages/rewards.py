@@ -10,6 +10,8 @@ repeats each row ``num_generations`` times); TRL also passes ``prompts``, ``comp
 when every function returns None for a completion.
 
 - :func:`format_reward`:   1.0 for ``<think>…</think> <answer>…</answer>`` and nothing else, else 0.0.
+- :func:`summary_format_reward`: 1.0 for the readable pattern of stages 2-4, one ``<think>…</think>``
+  then a summary that boxes the final answer (``data.templates.is_readable_response``), else 0.0.
 - :func:`accuracy_reward`: routed per row by the ``verifier`` column. ``math`` (default): 1.0/0.0 from
   ``eval.verify.grade_batch`` (the evaluation's own grader, so training and evaluation cannot drift
   apart); None when the gold itself cannot be parsed. ``code``: the fraction of the row's ``tests``
@@ -35,7 +37,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from data.templates import is_well_formed, think_text
+from data.templates import is_readable_response, is_well_formed, think_text
 from eval.language import language_fraction
 from eval.verify import gold_is_parseable, grade_batch
 
@@ -47,7 +49,8 @@ STATS: collections.Counter[str] = collections.Counter()
 _stats_lock = threading.Lock()
 _warned: set[str] = set()
 
-REWARD_NAMES = ("format", "accuracy", "language", "overlong")
+from stages.recipe import REWARD_NAMES  # noqa: E402  (the recipe validates names without importing rewards)
+
 CODE_WORKERS = min(4, os.cpu_count() or 1)
 
 
@@ -82,6 +85,11 @@ def _column(kwargs: dict, name: str, n: int, default=None) -> list:
 def format_reward(completions: Sequence, **kwargs) -> list[float]:
     """1.0 when the completion is exactly one non-empty think block then one non-empty answer block."""
     return [1.0 if is_well_formed(completion_text(c)) else 0.0 for c in completions]
+
+
+def summary_format_reward(completions: Sequence, **kwargs) -> list[float]:
+    """1.0 when the completion is one non-empty think block then a summary with a boxed answer."""
+    return [1.0 if is_readable_response(completion_text(c)) else 0.0 for c in completions]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,6 +267,8 @@ def get_reward(name: str, *, language_target: str = "en", overlong_max_length: i
     """The reward function a recipe names (see :data:`REWARD_NAMES`)."""
     if name == "format":
         return format_reward
+    if name == "summary_format":
+        return summary_format_reward
     if name == "accuracy":
         return accuracy_reward
     if name == "language":

@@ -53,7 +53,7 @@ from data.jsonl import append_jsonl, read_jsonl_tolerant
 from data.templates import is_well_formed, think_text
 from eval.language import is_mixed
 from stages import rewards as R
-from stages.common import load_model_and_tokenizer, pick_device, set_seed
+from stages.common import load_model_and_tokenizer, load_tokenizer, pick_device, set_seed
 from stages.manifest import atomic_write_json
 
 log = logging.getLogger("r1")
@@ -407,16 +407,25 @@ def prompt_dataset(rows: list[dict], build_prompt: Callable[[str], str | list]):
 # ---------------------------------------------------------------------------------------------
 
 
-def evaluate(recipe, model, tokenizer, rows: list[dict], out_dir: Path, model_path: str | None = None) -> dict:
-    """The evaluation runner's protocol (recipe.eval) on ``rows``; results in ``out_dir``."""
+def evaluate(recipe, model, tokenizer, rows: list[dict], out_dir: Path, model_path: str | None = None,
+             prompt_template: str | None = None) -> dict:
+    """The evaluation runner's protocol (recipe.eval) on ``rows``; results in ``out_dir``.
+    ``model=None`` loads ``model_path``; ``prompt_template`` overrides ``recipe.eval.prompt_template``
+    (stage 1 speaks the R1-Zero template, later stages the chat template)."""
+    import dataclasses
+
     from eval.generate import make_sampler
     from eval.runner import evaluate_rows
 
-    cfg = recipe.eval
+    cfg = recipe.eval if prompt_template is None else dataclasses.replace(recipe.eval, prompt_template=prompt_template)
     if cfg.backend == "vllm":
         sampler = make_sampler("vllm", model_path=model_path, seed=recipe.seed,
                                trust_remote_code=recipe.trust_remote_code)
+        tokenizer = tokenizer or load_tokenizer(model_path, trust_remote_code=recipe.trust_remote_code)
     else:
+        if model is None:
+            model, tokenizer = load_model_and_tokenizer(model_path, device=pick_device(recipe.device),
+                                                        trust_remote_code=recipe.trust_remote_code)
         sampler = make_sampler("transformers", model=model, tokenizer=tokenizer, batch_size=cfg.batch_size)
     summary = evaluate_rows(sampler, tokenizer, rows, cfg=cfg, seed=recipe.seed, out_dir=out_dir,
                             name="task_test", progress=False)
@@ -448,11 +457,12 @@ def save_model_atomically(model, tokenizer, target: Path) -> Path:
 
 def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_prompt: Callable[[str], str | list],
            model_ref: str, data_name: str = "task_world_train", data_source: str = "data/taskworld.py",
-           callbacks: Sequence | None = None) -> Path:
+           eval_template: str = "r1_zero", callbacks: Sequence | None = None) -> Path:
     """Train ``model_ref`` with GRPO under ``cfg`` inside a stage (``ctx``: stages.runner.StageContext).
 
-    Evaluates ``eval_rows`` before and after; returns the final checkpoint folder. ``callbacks`` are
-    extra ``transformers.TrainerCallback`` objects.
+    Evaluates ``eval_rows`` before and after, with prompts in ``eval_template`` (``r1_zero`` or
+    ``chat``: the format ``build_prompt`` trains in); returns the final checkpoint folder.
+    ``callbacks`` are extra ``transformers.TrainerCallback`` objects.
     """
     from trl import GRPOTrainer
 
@@ -494,7 +504,8 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
     m.add_input_data(data_name, data_source, rows_used=len(train_rows))
     if "eval_before" not in m.data["metrics"]:
         log.info("evaluating %d held-out problems before training", len(eval_rows))
-        m.update_metrics(eval_before=evaluate(recipe, model, tokenizer, eval_rows, out / "eval_before", model_ref))
+        m.update_metrics(eval_before=evaluate(recipe, model, tokenizer, eval_rows, out / "eval_before", model_ref,
+                                                 eval_template))
     log.info("before: %s", _describe(m.data["metrics"]["eval_before"]))
 
     # -- training ------------------------------------------------------------------------------
@@ -527,7 +538,7 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
 
     # -- the "after" evaluation ----------------------------------------------------------------
     log.info("evaluating %d held-out problems after training", len(eval_rows))
-    after = evaluate(recipe, model, tokenizer, eval_rows, out / "eval_after", str(final))
+    after = evaluate(recipe, model, tokenizer, eval_rows, out / "eval_after", str(final), eval_template)
     m.update_metrics(eval_after=after)
     log.info("after:  %s", _describe(after))
     _plot(metrics_path, out / PLOT_NAME, {0: m.data["metrics"]["eval_before"].get("pass@1"),

@@ -4,11 +4,13 @@ tokenizer round-trips, probes itself, and writes a complete manifest; the CLI re
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import torch
 
 from data.templates import r1_zero_prompt
 from stages.base import pretrain_tiny, run
+from stages.common import load_tokenizer
 from stages.manifest import Manifest
 from stages.recipe import load_recipe
 from stages.runner import run_stage
@@ -45,14 +47,17 @@ def test_base_stage_writes_a_complete_manifest_with_probe(small_base):
 
 
 def test_checkpoint_loads_through_auto_classes(small_base):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM
 
     _, m = small_base
-    tok = AutoTokenizer.from_pretrained(m.checkpoint)
+    tok = load_tokenizer(m.checkpoint)
     model = AutoModelForCausalLM.from_pretrained(m.checkpoint)
     text = r1_zero_prompt("What is 12 + 34?") + " <think> 2+4=6 write 6，写3 </think> <answer> 46 </answer>"
     ids = tok(text, add_special_tokens=False)["input_ids"]
     assert tok.decode(ids) == text
+    # the pre-tokenizer trained with the model, not one rebuilt by a transformers class
+    assert ids == Tokenizer.from_file(str(Path(m.checkpoint) / "tokenizer.json")).encode(text).ids
     for tag in ("<think>", "</think>", "<answer>", "</answer>"):  # ordinary tokens: survive skip_special
         assert tag in tok.decode(ids, skip_special_tokens=True)
     assert tok.chat_template and "generation" in tok.chat_template

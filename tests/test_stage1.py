@@ -154,10 +154,10 @@ def test_crash_after_training_resumes_without_retraining(base_run, tmp_path, mon
     d = r.stage_dir("stage1")
     real = stages.rl.evaluate
 
-    def dies_after(recipe_, model, tokenizer, rows, out_dir, model_path=None):
+    def dies_after(recipe_, model, tokenizer, rows, out_dir, *args):
         if Path(out_dir).name == "eval_after":
             raise Crash("killed during the final evaluation")
-        return real(recipe_, model, tokenizer, rows, out_dir, model_path)
+        return real(recipe_, model, tokenizer, rows, out_dir, *args)
 
     monkeypatch.setattr(stages.rl, "evaluate", dies_after)
     with pytest.raises(Crash):
