@@ -7,7 +7,7 @@ from eval.plots import plot_compare, plot_training, steps_to_reach
 
 def write_rows(path, accs, mix):
     path.write_text("".join(json.dumps({"step": i + 1, "accuracy": a, "language_mix_rate": m, "mean_length": 10 + i,
-                                        "format_rate": 0.5}) + "\n" for i, (a, m) in enumerate(zip(accs, mix))))
+                                        "format_rate": 0.5}) + "\n" for i, (a, m) in enumerate(zip(accs, mix, strict=True))))
     return path
 
 
