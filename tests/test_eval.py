@@ -62,3 +62,20 @@ def test_summary_metrics_by_hand():
     assert s["pass@4"] == pytest.approx(0.5)
     assert s["cons@4"] == pytest.approx(0.5)  # a: 5,5,6,6 ties, the first answer (5) wins; b: all 6
     assert s["think_rate"] == pytest.approx(0.25)
+
+
+def test_prompt_format_follows_the_stage_of_the_model(small_base, tmp_path):
+    import shutil
+
+    from eval.cli import template_for
+    from stages.manifest import Manifest
+
+    _, base = small_base
+    assert template_for(base.checkpoint, "r1_zero") == "r1_zero"  # a base checkpoint: the recipe's format
+    assert template_for("Qwen/Qwen2.5-1.5B", "r1_zero") == "r1_zero"  # a hub id: no manifest to read
+    later = tmp_path / "stage3"
+    shutil.copytree(Path(base.checkpoint).parent, later)
+    m = Manifest.load(later)
+    m.data["stage"] = "stage3"
+    m.save()
+    assert template_for(str(later / "checkpoint"), "r1_zero") == "chat"
