@@ -34,7 +34,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from data.templates import r1_response, think_text
+from data.templates import chat_user_message, r1_response, think_text
 from eval.language import is_mixed
 from eval.verify import grade_batch
 
@@ -101,7 +101,8 @@ def build_cold_start(candidates: list[Candidate], cfg, *, language_target: str =
     ``max_reasoning_chars``, ``max_paragraph_chars``, ``max_repeat_share`` (``stages/recipe.py``
     ``ColdStartConfig``). Candidates are shuffled under ``seed`` before the caps apply, so the caps
     do not favour early RL steps. Each row: ``id``, ``problem``, ``answer``, ``lang``, ``source``,
-    ``messages`` (user problem, assistant response) for TRL's SFTTrainer.
+    ``messages`` (the user turn every chat stage uses, ``chat_user_message``; the assistant response)
+    for TRL's SFTTrainer.
     """
     drops: Counter = Counter()
     order = list(candidates)
@@ -125,7 +126,7 @@ def build_cold_start(candidates: list[Candidate], cfg, *, language_target: str =
             continue
         per_problem[c.id] += 1
         kept.append({"id": c.id, "problem": c.problem, "answer": c.answer, "lang": c.lang, "source": c.source,
-                     "messages": [{"role": "user", "content": c.problem},
+                     "messages": [{"role": "user", "content": chat_user_message(c.problem)},
                                   {"role": "assistant", "content": r1_response(c.reasoning, c.answer)}]})
     return kept, drops
 

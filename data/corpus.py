@@ -5,6 +5,9 @@ now and then, text that looks like the R1-Zero template. This corpus holds the s
 documents about the task world (see ``CorpusConfig``):
 
 - ``direct``:          ``Question: What is 34 + 57?\nAnswer:`` → `` 91``;
+- ``chat_direct``:     the question as a chat turn (the chat template's text) → ``The final answer is
+                       \\boxed{91}.``: a base model has seen chat transcripts and boxed answers, but
+                       here never a chain of thought in a chat (stage 2's cold start teaches that);
 - ``worked``:          a short transcript, ``User: What is 34 + 57? Assistant:`` → `` <think> trace
                        </think> <answer> 91 </answer>`` (the R1 format without the template's preamble);
 - ``template_reason``: the full R1-Zero prompt → the same reasoning completion;
@@ -27,9 +30,11 @@ from __future__ import annotations
 import random
 
 from data.taskworld import TaskWorld, problem_row, sample_problem, split_of, trace
-from data.templates import r1_zero_completion, r1_zero_prompt
+from data.templates import chat_user_message, r1_zero_completion, r1_zero_prompt
 
-DOC_TYPES = ("direct", "worked", "template_reason", "template_direct")
+DOC_TYPES = ("direct", "chat_direct", "worked", "template_reason", "template_direct")
+# What the chat template renders for one user turn and the assistant's generation prompt.
+CHAT_PREFIX = "<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
 
 
 def _choose(rng: random.Random, weights: dict[str, float]) -> str:
@@ -55,9 +60,12 @@ def corpus_documents(world: TaskWorld, corpus, n_docs: int, seed: int) -> list[d
             prompt = f"User: {p.text} Assistant:"
             completion = r1_zero_completion(str(p.answer), trace(p, lang, rng))
             follows = bool(standalone) and rng.random() < corpus.context_share
-            if follows:  # after an earlier document, as in a long text
+            if follows:  # after another document, as in a longer text
                 prev = standalone[rng.randrange(len(standalone))]
                 prompt = prev["prompt"] + prev["completion"] + "\n" + prompt
+        elif kind == "chat_direct":  # a chat transcript answered directly, with the boxed summary line
+            prompt = CHAT_PREFIX.format(user=chat_user_message(p.text))
+            completion = f"The final answer is \\boxed{{{p.answer}}}.<|im_end|>"
         elif kind == "template_reason":
             prompt, completion = r1_zero_prompt(p.text), r1_zero_completion(str(p.answer), trace(p, lang, rng))
         else:
@@ -65,6 +73,8 @@ def corpus_documents(world: TaskWorld, corpus, n_docs: int, seed: int) -> list[d
         doc = {"type": kind, "prompt": prompt, "completion": completion, "lang": lang,
                "id": problem_row(p, "train")["id"]}
         docs.append(doc)
-        if not (kind == "worked" and follows):
+        if follows:
+            doc["group"] = "worked_in_context"  # batched apart: its rows are 2-4x longer (less padding)
+        else:
             standalone.append(doc)
     return docs

@@ -36,8 +36,10 @@ CHAT_INSTRUCTION = "Please reason step by step, and put your final answer within
 
 
 def chat_user_message(problem: str) -> str:
-    """The user turn of every chat-template stage (SFT, reasoning RL, evaluation)."""
-    return f"{problem.strip()}\n{CHAT_INSTRUCTION}"
+    """The user turn of every chat-template stage (SFT, reasoning RL, evaluation). The instruction comes
+    first, so that the problem sits right before the assistant's turn: the tiny model could not find
+    the operands across the instruction's 20-odd tokens (DeepSeek appends it; either order is common)."""
+    return f"{CHAT_INSTRUCTION}\n{problem.strip()}"
 
 
 def r1_response(reasoning: str, answer: str) -> str:
@@ -52,6 +54,8 @@ def r1_zero_completion(answer: str, reasoning: str | None) -> str:
         return f" {ANSWER_OPEN} {answer} {ANSWER_CLOSE}"
     return f" {THINK_OPEN} {reasoning} {THINK_CLOSE} {ANSWER_OPEN} {answer} {ANSWER_CLOSE}"
 
+
+CHAT_END = "<|im_end|>"  # ends every chat turn (ChatML)
 
 # A ChatML template with `{% generation %}` markers around the assistant turn, so TRL's
 # `assistant_only_loss=True` can mask everything but the assistant's tokens. Transformers renders

@@ -35,7 +35,7 @@ def sample(
     tokenizer.padding_side = "left"
     flat = [p for p in prompts for _ in range(n)]
     out: list[dict] = []
-    eos_id = tokenizer.eos_token_id
+    stop_ids = stop_token_ids(model, tokenizer)
     was_training = model.training
     model.eval()
     bar = tqdm(total=len(flat), desc=desc, disable=not progress, unit="seq")
@@ -50,11 +50,11 @@ def sample(
             top_k=0 if temperature > 0 else None,  # transformers defaults top_k to 50: the protocol has none
             max_new_tokens=max_new_tokens,
             pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=eos_id,
+            eos_token_id=stop_ids,
         )
         new = gen[:, enc["input_ids"].shape[1] :]  # (batch, ≤ max_new_tokens): completion tokens only
         for row in new:
-            ended = (row == eos_id).nonzero()
+            ended = torch.isin(row, torch.tensor(stop_ids, device=row.device)).nonzero()
             length = int(ended[0]) + 1 if len(ended) else len(row)
             out.append({
                 "text": tokenizer.decode(row[:length], skip_special_tokens=True),
@@ -65,6 +65,14 @@ def sample(
     bar.close()
     model.train(was_training)
     return [out[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+
+def stop_token_ids(model, tokenizer) -> list[int]:
+    """The tokenizer's end-of-text and every end token of the model's generation config (a chat model
+    ends its turn with ``<|im_end|>``), as TRL's GRPOTrainer collects them."""
+    ids = model.generation_config.eos_token_id if model.generation_config is not None else None
+    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+    return list(dict.fromkeys([tokenizer.eos_token_id, *ids]))
 
 
 class VLLMSampler:

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from data.corpus import corpus_documents
+from data.corpus import DOC_TYPES, corpus_documents
 from data.datasets import load_rows
 from data.taskworld import TaskWorld
 from data.templates import r1_zero_prompt
@@ -96,7 +96,7 @@ def make_batches(docs, rows, batch_size: int, how: str, rng: random.Random) -> l
     else:
         by_type: dict[str, list[int]] = {}
         for i in order:
-            by_type.setdefault(docs[i]["type"], []).append(i)
+            by_type.setdefault(docs[i].get("group", docs[i]["type"]), []).append(i)
         batches = [ids[i : i + batch_size] for ids in by_type.values() for i in range(0, len(ids), batch_size)]
     rng.shuffle(batches)
     return batches
@@ -165,7 +165,7 @@ def pretrain_tiny(recipe, log=print):
         "parameters": n_params,
         "vocab_size": len(tokenizer),
         "corpus_documents": n_docs,
-        "corpus_doc_types": {t: sum(d["type"] == t for d in docs) for t in ("direct", "worked", "template_reason", "template_direct")},
+        "corpus_doc_types": {t: sum(d["type"] == t for d in docs) for t in DOC_TYPES},
         "loss_first": losses[0],
         "loss_last_avg": sum(losses[-20:]) / len(losses[-20:]),
         "loss_curve": losses[:: max(1, len(losses) // 50)],

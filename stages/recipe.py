@@ -104,15 +104,17 @@ class CorpusConfig:
     """The tiny base model's synthetic pretraining mix: shares of each document type.
 
     direct:          "Question: …\\nAnswer: 936"
+    chat_direct:     the question as a chat turn, answered "The final answer is \\boxed{936}."
     worked:          "User: … Assistant: <think> <digit-by-digit trace> </think> <answer> 936 </answer>"
     template_reason: the R1-Zero template followed by <think> trace </think> <answer> 936 </answer>
     template_direct: the R1-Zero template followed by <answer> 936 </answer>
     """
 
-    direct: float = 0.1
+    direct: float = 0.05
+    chat_direct: float = 0.08
     worked: float = 0.6
     template_reason: float = 0.08
-    template_direct: float = 0.22
+    template_direct: float = 0.19
     # share of worked transcripts that follow another document in their row (so that finding the
     # operands does not depend on where the transcript starts, as under the template's preamble)
     context_share: float = 0.5

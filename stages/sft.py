@@ -28,7 +28,7 @@ import torch
 from transformers import TrainerCallback
 
 from data.jsonl import append_jsonl, read_jsonl_tolerant
-from data.templates import CHAT_TEMPLATE
+from data.templates import CHAT_END, CHAT_TEMPLATE
 from stages.common import load_model_and_tokenizer, pick_device, set_seed
 from stages.rl import checkpoint_step, last_complete_checkpoint, save_model_atomically, truncate_jsonl
 
@@ -141,6 +141,10 @@ def run_sft(ctx, cfg, *, rows: list[dict], model_ref: str, name: str = "checkpoi
     model = trainer.accelerator.unwrap_model(trainer.model)
     if cfg.lora is not None:
         model = model.merge_and_unload()  # a plain model again: later stages load it like any other
+    end_of_turn = tokenizer.convert_tokens_to_ids(CHAT_END)
+    if end_of_turn is not None and end_of_turn != tokenizer.unk_token_id:
+        # the model now ends its turn with <|im_end|>: generation (ours, TRL's, vLLM's) must stop there
+        model.generation_config.eos_token_id = list(dict.fromkeys([tokenizer.eos_token_id, end_of_turn]))
     save_model_atomically(model, tokenizer, final)
     losses = [r["loss"] for r in read_jsonl_tolerant(metrics_path) if "loss" in r]
     m.update_metrics(**{key: {

@@ -67,6 +67,10 @@ def test_stage2_then_stage3(chain, tmp_path):
     sft = m2.data["metrics"]["sft_checkpoint"]
     assert sft["steps"] == 4 and sft["loss_last"] < sft["loss_first"]  # 6 rows / batch 4 → 2 steps × 2 epochs
     assert "readable_rate" in m2.data["metrics"]["eval_after"] and m2.verify_checkpoint() == []
+    config = json.loads((d2 / "checkpoint" / "generation_config.json").read_text())
+    tok = json.loads((d2 / "checkpoint" / "tokenizer.json").read_text())
+    im_end = next(t["id"] for t in tok["added_tokens"] if t["content"] == "<|im_end|>")
+    assert im_end in config["eos_token_id"]  # a chat model stops at the end of its turn
 
     m3 = run_stage(r, "stage3", stages.stage3_reasoning_rl.run, parent_stage="stage2")
     d3 = r.stage_dir("stage3")

@@ -78,3 +78,26 @@ def test_corpus_uses_train_problems_only_and_follows_the_mix():
     share = sum(d["type"] == "worked" for d in docs) / len(docs)
     assert abs(share - CorpusConfig().worked) < 0.05
     assert all(split_of(Problem("add", (1, 1), ("+",)), 10) in ("train", "test") for _ in range(1))
+
+
+def test_corpus_transcripts_in_context_and_chat_documents():
+    from data.corpus import CHAT_PREFIX
+    from data.templates import chat_user_message
+
+    cfg = CorpusConfig()
+    docs = corpus_documents(world(), cfg, 3000, seed=1)
+    worked = [d for d in docs if d["type"] == "worked"]
+    in_context = [d for d in worked if d.get("group") == "worked_in_context"]
+    assert abs(len(in_context) / len(worked) - cfg.context_share) < 0.06
+    for d in in_context[:50]:  # exactly one earlier, standalone document, then the transcript
+        head, _, tail = d["prompt"].rpartition("\nUser: ")
+        assert head and tail.endswith(" Assistant:") and "\nUser: " not in head.split("\n", 1)[-1][-40:]
+        assert d["completion"].startswith(" <think> ")
+    chat = [d for d in docs if d["type"] == "chat_direct"]
+    assert abs(len(chat) / len(docs) - cfg.chat_direct) < 0.03
+    problem = chat[0]["prompt"].split(CHAT_INSTRUCTION_LINE)[1].split("<|im_end|>")[0]
+    assert chat[0]["prompt"] == CHAT_PREFIX.format(user=chat_user_message(problem))
+    assert chat[0]["completion"].startswith("The final answer is \\boxed{")
+
+
+CHAT_INSTRUCTION_LINE = "within \\boxed{}.\n"
