@@ -6,8 +6,9 @@ documents about the task world (see ``CorpusConfig``):
 
 - ``direct``:          ``Question: What is 34 + 57?\nAnswer:`` → `` 91``;
 - ``chat_direct``:     the question as a chat turn (the chat template's text) → ``The final answer is
-                       \\boxed{91}.``: a base model has seen chat transcripts and boxed answers, but
-                       here never a chain of thought in a chat (stage 2's cold start teaches that);
+                       \\boxed{91}.`` (a base model has seen chat transcripts and boxed answers). Off in
+                       the tiny recipe: an 8% share cut in-template reasoning accuracy from 26% to 6%
+                       in one run, so stage 2's SFT teaches the chat format from scratch;
 - ``worked``:          a short transcript, ``User: What is 34 + 57? Assistant:`` → `` <think> trace
                        </think> <answer> 91 </answer>`` (the R1 format without the template's preamble);
 - ``template_reason``: the full R1-Zero prompt → the same reasoning completion;
@@ -30,11 +31,20 @@ from __future__ import annotations
 import random
 
 from data.taskworld import TaskWorld, problem_row, sample_problem, split_of, trace
-from data.templates import chat_user_message, r1_zero_completion, r1_zero_prompt
+from data.templates import chat_user_message, r1_response, r1_zero_completion, r1_zero_prompt
 
 DOC_TYPES = ("direct", "chat_direct", "worked", "template_reason", "template_direct")
 # What the chat template renders for one user turn and the assistant's generation prompt.
 CHAT_PREFIX = "<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def template_texts(copies: int = 500) -> list[str]:
+    """The fixed strings of the later stages' format (the chat turn with its instruction, the readable
+    response's summary line), added to the tokenizer's training texts so that BPE has merges for them,
+    as a real tokenizer has for chat markup and ``\\boxed``. Without them the summary line was spelled
+    byte by byte, and the cold-start model garbled it at temperature 1 (stage 3 never saw a reward)."""
+    one = CHAT_PREFIX.format(user=chat_user_message("What is 1 + 2?")) + r1_response("1+2=3", "3") + "<|im_end|>"
+    return [one] * copies
 
 
 def _choose(rng: random.Random, weights: dict[str, float]) -> str:

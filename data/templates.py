@@ -44,8 +44,9 @@ def chat_user_message(problem: str) -> str:
 
 def r1_response(reasoning: str, answer: str) -> str:
     """DeepSeek-R1's readable pattern ``<reasoning_process>`` then ``<summary>``: a think block, then a
-    one-line summary with the final answer boxed (what the cold-start set teaches, stage 2)."""
-    return f"{THINK_OPEN}\n{reasoning.strip()}\n{THINK_CLOSE}\n\nThe final answer is \\boxed{{{answer}}}."
+    one-line summary with the final answer boxed (what the cold-start set teaches, stage 2). Spaces, not
+    the newlines DeepSeek's outputs use, around the tags: the tiny base has only seen ``<think> …``."""
+    return f"{THINK_OPEN} {reasoning.strip()} {THINK_CLOSE} The final answer is \\boxed{{{answer}}}."
 
 
 def r1_zero_completion(answer: str, reasoning: str | None) -> str:

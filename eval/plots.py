@@ -62,7 +62,8 @@ def plot_compare(runs: dict[str, Path], out_path: Path, title: str, keys=("accur
                         label=label)
         ax.set_xlabel("step")
         ax.set_ylabel(key.replace("_", " "))
-        ax.set_ylim(-0.02, 1.02)
+        if key == "accuracy" or key.endswith("_rate"):
+            ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="best", fontsize=8)

@@ -110,11 +110,11 @@ class CorpusConfig:
     template_direct: the R1-Zero template followed by <answer> 936 </answer>
     """
 
-    direct: float = 0.05
-    chat_direct: float = 0.08
+    direct: float = 0.1
+    chat_direct: float = 0.0
     worked: float = 0.6
     template_reason: float = 0.08
-    template_direct: float = 0.19
+    template_direct: float = 0.22
     # share of worked transcripts that follow another document in their row (so that finding the
     # operands does not depend on where the transcript starts, as under the template's preamble)
     context_share: float = 0.5

@@ -75,3 +75,18 @@ def test_yaml_is_loaded_safely(tmp_path):
 def test_missing_recipe_lists_known():
     with pytest.raises(RecipeError, match="tiny"):
         load_recipe("no-such-recipe")
+
+
+def test_real_recipes_configure_stages_1_to_3():
+    import yaml
+
+    for f in sorted(RECIPES_DIR.rglob("recipe.yaml")):
+        raw = yaml.safe_load(f.read_text())
+        r = load_recipe(str(f))
+        assert {"stage1", "stage2", "stage3"} <= set(raw), f"{f}: stages 1-3 must be configured explicitly"
+        assert set(r.stage1.rewards) <= {"format", "accuracy", "overlong"}, f"{f}: stage 1 is rule rewards only"
+        assert {"accuracy", "language"} <= set(r.stage3.rewards), f"{f}: stage 3 needs language consistency"
+        assert "format" not in r.stage3.rewards  # stage 3 answers in the readable (summary) format
+        if r.base.pretrained:  # real models: vLLM generation on CUDA, completions within the context
+            assert r.device == "cuda" and r.stage1.use_vllm and r.stage3.use_vllm, f
+            assert r.stage1.max_completion_length <= 4096 - 512 and r.stage2.sft.max_length <= 4096, f

@@ -84,7 +84,7 @@ def test_corpus_transcripts_in_context_and_chat_documents():
     from data.corpus import CHAT_PREFIX
     from data.templates import chat_user_message
 
-    cfg = CorpusConfig()
+    cfg = CorpusConfig(direct=0.02, chat_direct=0.08)
     docs = corpus_documents(world(), cfg, 3000, seed=1)
     worked = [d for d in docs if d["type"] == "worked"]
     in_context = [d for d in worked if d.get("group") == "worked_in_context"]
