@@ -12,7 +12,6 @@ and ``stage1_loss_types.json`` (held-out pass@1 before/after and final training 
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 from pathlib import Path
