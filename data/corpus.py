@@ -31,20 +31,11 @@ from __future__ import annotations
 import random
 
 from data.taskworld import TaskWorld, problem_row, sample_problem, split_of, trace
-from data.templates import chat_user_message, r1_response, r1_zero_completion, r1_zero_prompt
+from data.templates import chat_user_message, r1_zero_completion, r1_zero_prompt
 
 DOC_TYPES = ("direct", "chat_direct", "worked", "template_reason", "template_direct")
 # What the chat template renders for one user turn and the assistant's generation prompt.
 CHAT_PREFIX = "<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
-
-
-def template_texts(copies: int = 500) -> list[str]:
-    """The fixed strings of the later stages' format (the chat turn with its instruction, the readable
-    response's summary line), added to the tokenizer's training texts so that BPE has merges for them,
-    as a real tokenizer has for chat markup and ``\\boxed``. Without them the summary line was spelled
-    byte by byte, and the cold-start model garbled it at temperature 1 (stage 3 never saw a reward)."""
-    one = CHAT_PREFIX.format(user=chat_user_message("What is 1 + 2?")) + r1_response("1+2=3", "3") + "<|im_end|>"
-    return [one] * copies
 
 
 def _choose(rng: random.Random, weights: dict[str, float]) -> str:

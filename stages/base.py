@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from data.corpus import DOC_TYPES, corpus_documents, template_texts
+from data.corpus import DOC_TYPES, corpus_documents
 from data.datasets import load_rows
 from data.taskworld import TaskWorld
 from data.templates import r1_zero_prompt
@@ -114,8 +114,8 @@ def pretrain_tiny(recipe, log=print):
     n_docs = cfg.pretrain.steps * cfg.pretrain.batch_size
     t0 = time.time()
     docs = corpus_documents(world, cfg.corpus, n_docs, seed=recipe.seed)
-    texts = [d["prompt"] + d["completion"] for d in docs[:20_000]] + template_texts()
-    tokenizer = build_tokenizer(texts, vocab_size=cfg.architecture.tokenizer_vocab_size)
+    tokenizer = build_tokenizer((d["prompt"] + d["completion"] for d in docs[:20_000]),
+                                vocab_size=cfg.architecture.tokenizer_vocab_size)
     eos = tokenizer.eos_token_id
     prompts = tokenizer([d["prompt"] for d in docs], add_special_tokens=False)["input_ids"]
     completions = tokenizer([d["completion"] for d in docs], add_special_tokens=False)["input_ids"]
