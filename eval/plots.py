@@ -15,6 +15,8 @@ from pathlib import Path
 
 import matplotlib
 
+from data.jsonl import read_jsonl_tolerant
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -34,12 +36,6 @@ def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
     return [p[0] for p in pairs], [float(p[1]) for p in pairs]
 
 
-def _read_rows(path: Path) -> list[dict]:
-    from data.jsonl import read_jsonl_tolerant
-
-    return read_jsonl_tolerant(path)
-
-
 def steps_to_reach(rows: list[dict], target: float, key: str = "accuracy", window: int = 5) -> int | None:
     """The first step at which the moving average (``window``) of ``key`` reaches ``target``; None if never."""
     steps, values = _series(rows, key)
@@ -55,7 +51,7 @@ def plot_compare(runs: dict[str, Path], out_path: Path, title: str, keys=("accur
     fig, axes = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 4))
     for ax, key in zip(axes, keys, strict=True):
         for i, (label, path) in enumerate(runs.items()):
-            steps, values = _series(_read_rows(path), key)
+            steps, values = _series(read_jsonl_tolerant(path), key)
             if steps:
                 ax.plot(steps, values, color=f"C{i}", alpha=0.25, linewidth=1)
                 ax.plot(steps, _moving_average(values, max(1, len(values) // 20)), color=f"C{i}", linewidth=2,
@@ -89,7 +85,7 @@ def plot_training(metrics_path: Path, out_path: Path, title: str | None = None,
 
     ``evals``: step → held-out pass@1 (e.g. before and after training), drawn as markers.
     """
-    rows = _read_rows(metrics_path)
+    rows = read_jsonl_tolerant(metrics_path)
     if not rows:
         return None
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
