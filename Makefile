@@ -8,7 +8,7 @@ R1 := .venv/bin/r1
 STAMP := .venv/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 RUN_FLAGS := --recipe $(RECIPE) $(if $(RESUME),--resume) $(if $(RESTART),--restart) $(foreach s,$(SET),--set $(s))
 
-.PHONY: help setup test test-all lint base compare-losses stage1 stage2 stage3 stage4 distill eval report pipeline status clean
+.PHONY: help setup test test-all lint base compare-losses stage1 stage2 stage3 stage4 distill distill-rl eval report pipeline status clean
 
 help:
 	@grep -E '^[a-z0-9-]+:.*## ' Makefile | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -35,6 +35,9 @@ base: setup ## build (tiny) or register (real recipes) the base model
 stage1 stage2 stage3 stage4 distill: setup ## run one stage (RESUME=1 resumes, RESTART=1 starts over)
 	$(R1) $@ $(RUN_FLAGS)
 
+distill-rl: setup ## the control of distillation: stage-1 RL on the student's base
+	$(R1) distill_rl $(RUN_FLAGS)
+
 compare-losses: setup ## stage 1 once per GRPO loss type (grpo, dr_grpo, dapo) from the base; one figure
 	$(PY) scripts/compare_loss_types.py --recipe $(RECIPE) $(foreach s,$(SET),--set $(s))
 
@@ -54,6 +57,7 @@ pipeline: setup ## set up and run the whole pipeline on the tiny CPU default
 	$(R1) stage1 $(RUN_FLAGS)
 	$(R1) stage2 $(RUN_FLAGS)
 	$(R1) stage3 $(RUN_FLAGS)
+	$(R1) stage4 $(RUN_FLAGS)
 	$(R1) status runs/$(RECIPE)
 
 clean: ## delete runs/ (keeps .venv)

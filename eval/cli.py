@@ -12,11 +12,12 @@ import re
 from pathlib import Path
 
 from data.datasets import load_rows
+from data.jsonl import atomic_write_json
 from eval.benchmarks import load_benchmark
 from eval.generate import make_sampler
 from eval.runner import evaluate_rows
 from stages.common import load_model_and_tokenizer, load_tokenizer, pick_device
-from stages.manifest import MANIFEST_NAME, Manifest, atomic_write_json, now
+from stages.manifest import MANIFEST_NAME, Manifest, now
 from stages.recipe import load_recipe
 
 log = logging.getLogger("r1")

@@ -27,8 +27,9 @@ STAGES = {
     "stage3": ("stages.stage3_reasoning_rl", "stage2"),
     "stage4": ("stages.stage4_final", "stage3"),
     "distill": ("stages.distill", "stage4"),
+    "distill_rl": ("stages.distill:run_control", "distill"),  # the RL-only control of distillation
 }
-PIPELINE_ORDER = list(STAGES)
+PIPELINE_ORDER = [s for s in STAGES if s != "distill_rl"]  # the main line; distill_rl is a control
 
 
 def _stage_args(p: argparse.ArgumentParser) -> None:
@@ -72,17 +73,18 @@ def cmd_stage(args) -> int:
 
     setup_logging()
     recipe = load_recipe(args.recipe, args.overrides)
-    module_name, parent = STAGES[args.command]
+    target, parent = STAGES[args.command]
+    module_name, _, function = target.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         if e.name != module_name:
             raise
         print(f"r1 {args.command}: this stage is not implemented yet (no module {module_name}). "
-              f"Stages available: {', '.join(s for s, (m, _) in STAGES.items() if _module_exists(m))}.",
+              f"Stages available: {', '.join(s for s, (m, _) in STAGES.items() if _module_exists(m.partition(':')[0]))}.",
               file=sys.stderr)
         return 2
-    run_stage(recipe, args.command, module.run, parent_stage=parent, restart=args.restart)
+    run_stage(recipe, args.command, getattr(module, function or "run"), parent_stage=parent, restart=args.restart)
     return 0
 
 
@@ -98,7 +100,7 @@ def cmd_status(args) -> int:
         print(f"{run_dir}: no such run folder", file=sys.stderr)
         return 1
     print(f"run {run_dir}")
-    for stage in PIPELINE_ORDER + ["eval"]:
+    for stage in [*STAGES, "eval"]:
         path = run_dir / stage / MANIFEST_NAME
         if not path.exists():
             print(f"  {stage:8s} —")

@@ -21,12 +21,13 @@ import os
 import platform
 import socket
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from data.jsonl import atomic_write_json
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -40,32 +41,6 @@ class ManifestError(RuntimeError):
 
 def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the new one, never a mix."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are for everyone who can read the run
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, ensure_ascii=False) + "\n")
-
-
-def write_jsonl_atomic(path: Path, rows: list[dict]) -> None:
-    """A whole JSON Lines file, atomically (see :func:`atomic_write_text`)."""
-    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
 
 
 def sha256_file(path: Path) -> str:

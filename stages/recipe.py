@@ -29,7 +29,9 @@ RECIPES_DIR = REPO_ROOT / "recipes"
 
 
 # Reward names an RL section may weight (``stages/rewards.py`` implements them).
-REWARD_NAMES = ("format", "summary_format", "accuracy", "language", "overlong")
+REWARD_NAMES = ("format", "summary_format", "accuracy", "language", "overlong", "helpfulness", "harmlessness")
+# Rewards computed by a reward model (stage 4 loads or trains it); the others are rules.
+MODEL_REWARDS = ("helpfulness", "harmlessness")
 
 
 class RecipeError(ValueError):
@@ -329,6 +331,143 @@ class Stage2Config:
 
 
 @dataclass
+class RejectionConfig:
+    """Rejection sampling of stage 4 (``data/rejection.py``): ``samples_per_prompt`` samples of the
+    stage-3 model per prompt, graded and filtered, at most ``max_kept_per_prompt`` kept.
+
+    ``prompts``: null = ``data.train``. ``backend``: transformers (CPU and GPU) or vllm (GPU)."""
+
+    prompts: DatasetSpec | None = None
+    samples_per_prompt: int = 4
+    max_kept_per_prompt: int = 2
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_new_tokens: int = 32768
+    shard_size: int = 256
+    max_paragraph_chars: int = 1200
+    max_repeat_share: float = 0.2
+    language_target: str = "en"
+    backend: Literal["transformers", "vllm"] = "transformers"
+    batch_size: int = 64
+
+    def __post_init__(self):
+        if self.samples_per_prompt < 1 or self.max_kept_per_prompt < 1 or self.shard_size < 1:
+            raise ValueError("rejection: samples_per_prompt, max_kept_per_prompt and shard_size must be >= 1")
+
+
+@dataclass
+class GeneralDataConfig:
+    """Non-reasoning data of stage 4 (DeepSeek-R1 mixes ~600k reasoning and ~200k general samples).
+
+    ``source: procedural`` builds ``procedural_rows`` of the tiny world's general tasks and harmful
+    requests (``data/general.py``); ``jsonl``/``hub`` read a chat dataset whose ``messages_field`` holds
+    conversations (the first user turn is the prompt, the first assistant turn the reference).
+    ``reasoning_per_general``: the mix ratio (the paper's 3:1). ``sft_unsafe_share``: the share of
+    harmful requests that the SFT data answers instead of refusing (procedural only; imperfect chat
+    data, which the final RL's harmlessness reward then corrects). ``eval_prompts``: held-out general
+    prompts on which the helpfulness and harmfulness of the SFT and final models are measured."""
+
+    source: Literal["procedural", "jsonl", "hub"] = "procedural"
+    name: str | None = None
+    split: str = "train"
+    config: str | None = None
+    messages_field: str = "messages"
+    procedural_rows: int = 4000
+    reasoning_per_general: float = 3.0
+    harmful_share: float = 0.2
+    sft_unsafe_share: float = 0.0
+    eval_prompts: int = 100
+
+    def __post_init__(self):
+        if self.source != "procedural" and not self.name:
+            raise ValueError(f"general data source {self.source!r} needs a name (file or hub id)")
+        if self.reasoning_per_general <= 0 or not 0 <= self.harmful_share < 1 or not 0 <= self.sft_unsafe_share <= 1:
+            raise ValueError("general: need reasoning_per_general > 0, 0 <= harmful_share < 1 and "
+                             "0 <= sft_unsafe_share <= 1")
+
+
+@dataclass
+class RewardModelSpec:
+    """A reward model of stage 4: loaded (``pretrained``: a hub id or path of a sequence-classification
+    reward model), or trained with TRL's RewardTrainer from preference pairs: a ``dataset`` with
+    ``chosen``/``rejected`` conversations, or (null) the tiny world's procedural pairs. Training starts
+    from the stage-4 SFT model with a fresh scalar head."""
+
+    pretrained: str | None = None
+    dataset: DatasetSpec | None = None
+    pairs: int = 2000  # procedural pairs to build (tiny); a dataset's ``limit`` caps a real one
+    epochs: float = 1.0
+    learning_rate: float = 1e-5
+    batch_size: int = 8
+    max_length: int = 2048
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    logging_steps: int = 10
+
+
+@dataclass
+class FinalRLConfig(ReasoningRLConfig):
+    """Stage 4's final RL: rule rewards on reasoning prompts, reward models on general prompts
+    (each row is routed to its rewards by its ``task`` column). ``general_share``: the share of general
+    prompts among the RL prompts."""
+
+    rewards: dict[str, float] = field(default_factory=lambda: {"accuracy": 1.0, "summary_format": 1.0,
+                                                               "language": 1.0, "helpfulness": 1.0,
+                                                               "harmlessness": 1.0})
+    general_share: float = 0.25
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not 0 <= self.general_share < 1:
+            raise RecipeError(f"RL section: general_share must be in [0, 1), got {self.general_share}")
+
+
+@dataclass
+class Stage4Config:
+    """Stage 4: rejection sampling → SFT of the *base* on reasoning + general data → reward models →
+    final RL over all scenarios (``stages/stage4_final.py``)."""
+
+    rejection: RejectionConfig = field(default_factory=RejectionConfig)
+    general: GeneralDataConfig = field(default_factory=GeneralDataConfig)
+    sft: SFTSpec = field(default_factory=SFTSpec)
+    helpfulness: RewardModelSpec = field(default_factory=RewardModelSpec)
+    harmlessness: RewardModelSpec = field(default_factory=RewardModelSpec)
+    rl: FinalRLConfig = field(default_factory=FinalRLConfig)
+
+
+@dataclass
+class StudentSpec:
+    """A distillation student: a small pretrained model (``pretrained``: hub id or path), or (null) a
+    tiny base built like ``base`` but with its own ``architecture`` and ``pretrain_steps`` (null: the
+    base's)."""
+
+    name: str
+    pretrained: str | None = None
+    architecture: TinyArchitecture | None = None
+    pretrain_steps: int | None = None
+
+
+@dataclass
+class DistillConfig:
+    """Distillation (``stages/distill.py``): SFT of each student on stage 4's curated set
+    (``data``: ``reasoning`` = the rejection-sampled reasoning samples only, ``all`` = with the
+    general data too, as the paper's 800k). ``control``: the RL-only control (``r1 distill_rl``),
+    stage-1 RL from the base of student ``control_student``."""
+
+    students: list[StudentSpec] = field(default_factory=list)
+    data: Literal["reasoning", "all"] = "all"
+    sft: SFTSpec = field(default_factory=SFTSpec)
+    control_student: str | None = None  # null: the first student
+    control: RLConfig = field(default_factory=RLConfig)
+
+    def __post_init__(self):
+        names = [s.name for s in self.students]
+        if len(set(names)) != len(names):
+            raise ValueError(f"distill: student names must be unique, got {names}")
+        if self.control_student is not None and self.control_student not in names:
+            raise ValueError(f"distill: control_student {self.control_student!r} is not a student ({names})")
+
+
+@dataclass
 class Recipe:
     name: str
     seed: int = 0
@@ -342,6 +481,8 @@ class Recipe:
     stage1: RLConfig = field(default_factory=RLConfig)
     stage2: Stage2Config = field(default_factory=Stage2Config)
     stage3: ReasoningRLConfig = field(default_factory=ReasoningRLConfig)
+    stage4: Stage4Config = field(default_factory=Stage4Config)
+    distill: DistillConfig = field(default_factory=DistillConfig)
 
     def stage_dir(self, stage: str) -> Path:
         root = Path(self.run_root)

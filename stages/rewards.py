@@ -21,6 +21,10 @@ when every function returns None for a completion.
 - :func:`language_consistency_reward`: DeepSeek-R1's language-consistency reward, the proportion of
   target-language words in the chain of thought; target = the row's ``lang``, else ``target``.
 - :func:`make_overlong_penalty`: DAPO's soft overlong punishment on ``completion_ids`` lengths.
+- :func:`make_reward_model_reward`: a reward model's score (stage 4's helpfulness, on the summary after
+  ``</think>``; harmlessness, on the whole response).
+- :func:`for_task`: routes a reward to the rows of one ``task`` (``reasoning`` or ``general``) and
+  answers None for the others, so stage 4 scores each row with its own rewards.
 
 :data:`REWARD_NAMES` lists the names a recipe may use; :func:`get_reward` builds one by name.
 """
@@ -49,7 +53,7 @@ STATS: collections.Counter[str] = collections.Counter()
 _stats_lock = threading.Lock()
 _warned: set[str] = set()
 
-from stages.recipe import REWARD_NAMES  # noqa: E402  (the recipe validates names without importing rewards)
+from stages.recipe import MODEL_REWARDS, REWARD_NAMES  # noqa: E402  (the recipe validates names without importing rewards)
 
 CODE_WORKERS = min(4, os.cpu_count() or 1)
 
@@ -273,8 +277,65 @@ def get_reward(name: str, *, language_target: str = "en", overlong_max_length: i
         return accuracy_reward
     if name == "language":
         return make_language_reward(language_target)
+    if name in MODEL_REWARDS:
+        raise ValueError(f"reward {name!r} is a reward model's score: only stage 4's final RL (stage4.rl) loads "
+                         "reward models; use the rule rewards elsewhere")
     if name == "overlong":
         if overlong_max_length is None:
             raise ValueError("reward 'overlong' needs overlong_max_length")
         return make_overlong_penalty(overlong_max_length, overlong_buffer)
     raise ValueError(f"unknown reward {name!r}; known: {', '.join(REWARD_NAMES)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reward models and routing (stage 4)
+# ---------------------------------------------------------------------------------------------
+
+
+def prompt_text(prompt) -> str:
+    """The last user turn of a prompt (a string prompt is returned as is)."""
+    if isinstance(prompt, str):
+        return prompt
+    users = [m.get("content", "") for m in prompt if m.get("role") == "user"]
+    return users[-1] if users else ""
+
+
+def make_reward_model_reward(score: Callable[[list[str], list[str]], list[float]], *, part: str,
+                             name: str) -> Callable[..., list[float]]:
+    """A reward function from a scorer ``score(user_texts, responses) -> scores``. ``part``: ``summary``
+    scores the text after ``</think>`` (DeepSeek-R1's helpfulness reward: "focusing exclusively on the
+    final summary"), ``whole`` the entire response (its harmlessness reward)."""
+    from data.general import summary_of
+
+    if part not in ("summary", "whole"):
+        raise ValueError(f"reward model part must be 'summary' or 'whole', got {part!r}")
+
+    def reward(completions: Sequence, prompts: Sequence | None = None, **kwargs) -> list[float]:
+        texts = [completion_text(c) for c in completions]
+        if part == "summary":
+            texts = [summary_of(t) for t in texts]
+        users = [prompt_text(p) for p in prompts] if prompts is not None else [""] * len(texts)
+        return list(score(users, texts))
+
+    reward.__name__ = reward.__qualname__ = name
+    return reward
+
+
+def for_task(task: str, func: Callable[..., list]) -> Callable[..., list]:
+    """``func`` applied to the rows whose ``task`` column is ``task`` (rows without one are
+    ``reasoning``); None for every other row. Column lists are subset to those rows."""
+
+    def routed(completions: Sequence, **kwargs) -> list:
+        n = len(completions)
+        tasks = [t or "reasoning" for t in _column(kwargs, "task", n)]
+        idx = [i for i in range(n) if tasks[i] == task]
+        out: list = [None] * n
+        if idx:
+            sub = {k: [v[i] for i in idx] if isinstance(v, list | tuple) and len(v) == n else v
+                   for k, v in kwargs.items()}
+            for i, value in zip(idx, func([completions[i] for i in idx], **sub), strict=True):
+                out[i] = value
+        return out
+
+    routed.__name__ = routed.__qualname__ = getattr(func, "__name__", "reward")
+    return routed

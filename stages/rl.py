@@ -49,12 +49,11 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-from data.jsonl import append_jsonl, read_jsonl_tolerant
+from data.jsonl import append_jsonl, atomic_write_json, read_jsonl_tolerant
 from data.templates import is_well_formed, think_text
 from eval.language import is_mixed
 from stages import rewards as R
 from stages.common import load_model_and_tokenizer, load_tokenizer, pick_device, set_seed
-from stages.manifest import atomic_write_json
 
 log = logging.getLogger("r1")
 
@@ -393,13 +392,14 @@ def grpo_config(cfg, *, output_dir: Path, seed: int, device: torch.device, bf16:
     )
 
 
-def prompt_dataset(rows: list[dict], build_prompt: Callable[[str], str | list]):
-    """A ``datasets.Dataset`` with a ``prompt`` column; every other column is kept for the rewards."""
+def prompt_dataset(rows: list[dict], build_prompt: Callable[[dict], str | list]):
+    """A ``datasets.Dataset`` with a ``prompt`` column (``build_prompt(row)``); every other column is
+    kept for the rewards."""
     from datasets import Dataset
 
     if not rows:
         raise ValueError("no training rows")
-    return Dataset.from_list([{**r, "prompt": build_prompt(r["problem"])} for r in rows])
+    return Dataset.from_list([{**r, "prompt": build_prompt(r)} for r in rows])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -455,21 +455,23 @@ def save_model_atomically(model, tokenizer, target: Path) -> Path:
     return target
 
 
-def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_prompt: Callable[[str], str | list],
+def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_prompt: Callable[[dict], str | list],
            model_ref: str, data_name: str = "task_world_train", data_source: str = "data/taskworld.py",
-           eval_template: str = "r1_zero", callbacks: Sequence | None = None) -> Path:
+           eval_template: str = "r1_zero", callbacks: Sequence | None = None,
+           rewards: tuple[list[str], list[Callable], list[float]] | None = None) -> Path:
     """Train ``model_ref`` with GRPO under ``cfg`` inside a stage (``ctx``: stages.runner.StageContext).
 
     Evaluates ``eval_rows`` before and after, with prompts in ``eval_template`` (``r1_zero`` or
-    ``chat``: the format ``build_prompt`` trains in); returns the final checkpoint folder.
-    ``callbacks`` are extra ``transformers.TrainerCallback`` objects.
+    ``chat``: the format ``build_prompt(row)`` trains in); returns the final checkpoint folder.
+    ``callbacks`` are extra ``transformers.TrainerCallback`` objects. ``rewards``: (names, functions,
+    weights) instead of the rule rewards ``cfg.rewards`` names (stage 4 routes rows and adds reward models).
     """
     from trl import GRPOTrainer
 
     recipe, m, out = ctx.recipe, ctx.manifest, Path(ctx.dir)
     seed = recipe.seed if cfg.seed is None else cfg.seed
     device, bf16 = resolve_device(recipe, cfg)
-    names, funcs, weights = reward_functions(cfg)
+    names, funcs, weights = rewards or reward_functions(cfg)
     trainer_dir, metrics_path, final = out / "trainer", out / METRICS_NAME, out / "checkpoint"
     recorder = RolloutRecorder(out, names, sample_every=cfg.sample_every, samples_per_step=cfg.samples_per_step,
                                language_target=cfg.language_target)

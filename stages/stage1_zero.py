@@ -50,5 +50,5 @@ def run(ctx, callbacks=None) -> Path:
     eval_rows, _, eval_source = load_rows(recipe.data.test, recipe)
     log.info("stage1 (R1-Zero): %s, %d train problems from %s (skipped: %s), %d held-out from %s",
              ref, len(train_rows), source, skipped or "none", len(eval_rows), eval_source)
-    return run_rl(ctx, recipe.stage1, train_rows=train_rows, eval_rows=eval_rows, build_prompt=r1_zero_prompt,
+    return run_rl(ctx, recipe.stage1, train_rows=train_rows, eval_rows=eval_rows, build_prompt=lambda row: r1_zero_prompt(row["problem"]),
                   model_ref=ref, data_name=source, data_source=source, callbacks=callbacks)

@@ -28,8 +28,8 @@ from pathlib import Path
 
 from data.cold_start import DROP_REASONS, build_cold_start, candidate_from_rl, candidate_from_user
 from data.datasets import load_rows
-from data.jsonl import read_jsonl_tolerant
-from stages.manifest import require_parent, write_jsonl_atomic
+from data.jsonl import read_jsonl_tolerant, write_jsonl_atomic
+from stages.manifest import require_parent
 from stages.rl import CANDIDATES_NAME, evaluate
 from stages.runner import model_ref
 from stages.sft import run_sft

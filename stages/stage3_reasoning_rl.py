@@ -33,9 +33,9 @@ from stages.runner import model_ref
 log = logging.getLogger("r1")
 
 
-def chat_prompt(problem: str) -> list[dict]:
+def chat_prompt(row: dict) -> list[dict]:
     """A conversational prompt: TRL applies the tokenizer's chat template with the generation prompt."""
-    return [{"role": "user", "content": chat_user_message(problem)}]
+    return [{"role": "user", "content": chat_user_message(row["problem"])}]
 
 
 def run(ctx, callbacks=None) -> Path:

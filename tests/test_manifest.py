@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from stages.manifest import Manifest, ManifestError, atomic_write_json, require_parent
+from data.jsonl import atomic_write_json
+from stages.manifest import Manifest, ManifestError, require_parent
 from stages.recipe import load_recipe
 from stages.runner import run_stage
 

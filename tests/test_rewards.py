@@ -154,3 +154,36 @@ def test_trl_calling_convention_extra_kwargs_are_ignored():
     assert format_reward(completions, **kwargs) == [1.0]
     assert accuracy_reward(completions, **kwargs) == [1.0]
     assert language_consistency_reward(completions, **kwargs) == [1.0]
+
+
+def test_stage4_rewards_route_each_row_to_its_own():
+    """Reasoning rows get the rule rewards, general rows the reward models; helpfulness reads the
+    summary only, harmlessness the whole response; each returns None for the other kind of row."""
+    from stages.recipe import load_recipe
+    from stages.stage4_final import routed_rewards
+
+    seen = {}
+
+    def scorer(name):
+        def score(users, responses):
+            seen[name] = list(zip(users, responses, strict=True))
+            return [float(len(r)) for r in responses]
+        return score
+
+    cfg = load_recipe("tiny").stage4.rl
+    names, funcs, weights = routed_rewards(cfg, {"helpfulness": scorer("helpfulness"),
+                                                 "harmlessness": scorer("harmlessness")})
+    assert names == list(cfg.rewards) and weights == [float(w) for w in cfg.rewards.values()]
+    reasoning_ok = [{"role": "assistant", "content": "<think> 2+2=4 </think> The final answer is \\boxed{4}."}]
+    general = [{"role": "assistant", "content": "<think> hm </think> Hello, Anna!"}]
+    completions = [reasoning_ok, general, reasoning_ok]
+    prompts = [[{"role": "user", "content": "What is 2 + 2?"}], [{"role": "user", "content": "Say hello to Anna."}],
+               [{"role": "user", "content": "What is 2 + 3?"}]]
+    cols = dict(prompts=prompts, task=["reasoning", "general", "reasoning"], answer=["4", None, "5"],
+                lang=[None, None, None], completion_ids=[[1] * 5] * 3)
+    out = {n: f(completions, **cols) for n, f in zip(names, funcs, strict=True)}
+    assert out["accuracy"] == [1.0, None, 0.0]
+    assert out["summary_format"][1] is None and out["language"][1] is None
+    assert out["helpfulness"] == [None, float(len("Hello, Anna!")), None]
+    assert seen["helpfulness"] == [("Say hello to Anna.", "Hello, Anna!")]  # the summary, not the think block
+    assert seen["harmlessness"] == [("Say hello to Anna.", general[0]["content"])]  # the whole response

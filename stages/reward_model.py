@@ -1,0 +1,141 @@
+"""Reward models for stage 4: trained with TRL's ``RewardTrainer`` from preference pairs, or loaded.
+
+A reward model is a sequence-classification model with one output: the score of a conversation (the
+user's turn and the assistant's response, rendered with the chat template, read at the last token).
+TRL trains it with the Bradley-Terry loss ``-log σ(r(chosen) - r(rejected))`` on conversational
+pairs ``{"chosen": [user, assistant], "rejected": [user, assistant]}``.
+
+:class:`RewardScorer` scores ``(user text, response)`` pairs the same way the trainer saw them
+(``tokenizer.apply_chat_template`` of the two turns), so that training and scoring cannot drift apart.
+``stages.rewards.make_reward_model_reward`` turns a scorer into a reward function.
+
+Outputs in the stage folder: ``<name>/`` (the model, written atomically), ``<name>_metrics.jsonl``
+(loss per logging step); manifest metrics ``<name>``: pairs, steps, loss, and the pairwise
+accuracy on held-out pairs (the share where chosen outscores rejected). An interrupted training run
+starts over (a few minutes at most on the tiny default); a finished one is not redone.
+
+Deviation from the paper: DeepSeek-R1 reuses DeepSeek-V3's reward models and preference data; here
+the tiny world builds its own pairs (``data/general.py``), and real recipes name a dataset or an
+existing reward model.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+from data.jsonl import read_jsonl_tolerant
+from data.templates import CHAT_TEMPLATE
+from stages.common import load_tokenizer, pick_device, set_seed
+from stages.rl import save_model_atomically
+from stages.sft import LossLog
+
+log = logging.getLogger("r1")
+
+
+class RewardScorer:
+    """``scorer(user_texts, responses) -> list[float]``: a reward model's scores, batched."""
+
+    def __init__(self, model_ref: str, *, device: torch.device, batch_size: int = 32, max_length: int = 2048,
+                 trust_remote_code: bool = False):
+        from transformers import AutoModelForSequenceClassification
+
+        self.tokenizer = load_tokenizer(model_ref, trust_remote_code=trust_remote_code)
+        self.model = AutoModelForSequenceClassification.from_pretrained(
+            model_ref, num_labels=1, trust_remote_code=trust_remote_code).to(device).eval()
+        if self.model.config.pad_token_id is None:
+            self.model.config.pad_token_id = self.tokenizer.pad_token_id
+        self.device, self.batch_size, self.max_length = device, batch_size, max_length
+
+    @torch.inference_mode()
+    def __call__(self, users: list[str], responses: list[str]) -> list[float]:
+        texts = [self.tokenizer.apply_chat_template([{"role": "user", "content": u},
+                                                     {"role": "assistant", "content": r}], tokenize=False)
+                 for u, r in zip(users, responses, strict=True)]
+        self.tokenizer.padding_side = "right"
+        scores: list[float] = []
+        for start in range(0, len(texts), self.batch_size):
+            enc = self.tokenizer(texts[start : start + self.batch_size], return_tensors="pt", padding=True,
+                                 truncation=True, max_length=self.max_length, add_special_tokens=False).to(self.device)
+            logits = self.model(**enc).logits  # (batch, 1): the score at each row's last real token
+            scores.extend(logits[:, 0].float().tolist())
+        return scores
+
+
+def pairwise_accuracy(scorer: RewardScorer, pairs: list[dict]) -> float | None:
+    """Share of pairs whose chosen response outscores the rejected one."""
+    if not pairs:
+        return None
+    users = [p["chosen"][0]["content"] for p in pairs]
+    chosen = scorer(users, [p["chosen"][-1]["content"] for p in pairs])
+    rejected = scorer(users, [p["rejected"][-1]["content"] for p in pairs])
+    return sum(c > r for c, r in zip(chosen, rejected, strict=True)) / len(pairs)
+
+
+def train_reward_model(ctx, spec, *, pairs: list[dict], init_ref: str, name: str, held_out: float = 0.1) -> Path:
+    """Train a reward model from ``init_ref`` on ``pairs`` inside a stage; returns ``<stage dir>/<name>``.
+
+    ``held_out`` of the pairs (shuffled under the recipe's seed) are kept out of training and measure
+    the pairwise accuracy before and after."""
+    from datasets import Dataset
+    from transformers import AutoModelForSequenceClassification
+    from trl import RewardConfig, RewardTrainer
+
+    recipe, m, out = ctx.recipe, ctx.manifest, Path(ctx.dir)
+    final, trainer_dir, metrics_path = out / name, out / f"{name}_trainer", out / f"{name}_metrics.jsonl"
+    key = name
+    if ctx.resumed and key in m.data["metrics"] and final.is_dir():
+        log.info("reward model %s already trained: %s", name, final)
+        return final
+    shutil.rmtree(trainer_dir, ignore_errors=True)
+    metrics_path.unlink(missing_ok=True)
+    if len(pairs) < 10:
+        raise ValueError(f"reward model {name}: {len(pairs)} preference pairs; need at least 10")
+
+    order = list(pairs)
+    random.Random(recipe.seed).shuffle(order)
+    n_eval = max(1, int(len(order) * held_out))
+    eval_pairs, train_pairs = order[:n_eval], order[n_eval:]
+    device = pick_device(recipe.device)
+    bf16 = spec.precision == "bf16" or (spec.precision == "auto" and device.type == "cuda"
+                                        and torch.cuda.is_bf16_supported())
+    set_seed(recipe.seed)  # the scalar head is initialised at random
+    tokenizer = load_tokenizer(init_ref, trust_remote_code=recipe.trust_remote_code)
+    if not tokenizer.chat_template:
+        tokenizer.chat_template = CHAT_TEMPLATE
+    model = AutoModelForSequenceClassification.from_pretrained(init_ref, num_labels=1,
+                                                               trust_remote_code=recipe.trust_remote_code)
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    steps = max(1, math.ceil(spec.epochs * len(train_pairs) / spec.batch_size))
+    args = RewardConfig(
+        output_dir=str(trainer_dir), max_steps=steps, learning_rate=spec.learning_rate,
+        per_device_train_batch_size=spec.batch_size, max_length=spec.max_length, logging_steps=spec.logging_steps,
+        lr_scheduler_type="cosine", warmup_steps=0.1, save_strategy="no", report_to="none", seed=recipe.seed,
+        bf16=bf16, fp16=False, use_cpu=device.type != "cuda", gradient_checkpointing=False,
+        dataloader_num_workers=0, center_rewards_coefficient=0.01,
+    )
+    trainer = RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(train_pairs),
+                            processing_class=tokenizer, callbacks=[LossLog(metrics_path)])
+    log.info("reward model %s: %d pairs (%d held out), %d steps from %s", name, len(train_pairs), n_eval, steps,
+             init_ref)
+    t0 = time.time()
+    trainer.train()
+    seconds = time.time() - t0
+    save_model_atomically(trainer.accelerator.unwrap_model(trainer.model), tokenizer, final)
+    del trainer
+    scorer = RewardScorer(str(final), device=device, max_length=spec.max_length,
+                          trust_remote_code=recipe.trust_remote_code)
+    accuracy = pairwise_accuracy(scorer, eval_pairs)
+    losses = [r["loss"] for r in read_jsonl_tolerant(metrics_path) if "loss" in r]
+    m.update_metrics(**{key: {"pairs_train": len(train_pairs), "pairs_held_out": n_eval, "steps": steps,
+                              "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
+                              "held_out_pair_accuracy": accuracy, "train_seconds": round(seconds, 1)}})
+    log.info("reward model %s: held-out pair accuracy %.3f (%.0fs)", name, accuracy or 0.0, seconds)
+    return final

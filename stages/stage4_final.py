@@ -1,0 +1,334 @@
+"""Stage 4: rejection sampling and SFT, then RL for all scenarios (DeepSeek-R1, sections 2.3.3-2.3.4).
+
+    r1 stage4 --recipe tiny                                 # or: make stage4
+    r1 stage4 --recipe tiny --set stage4.rl.steps=20        # override any stage4.* field
+
+Four sub-steps, each with its own outputs in ``runs/<recipe>/stage4/`` and its own manifest entry
+(``metrics.substeps``); an interrupted stage resumes at the sub-step it was in:
+
+1. **rejection** - the stage-3 model samples ``rejection.samples_per_prompt`` answers per training
+   prompt; ``data/rejection.py`` keeps the correct and clean ones (shards in ``rejection/``);
+2. **sft** - the kept reasoning samples plus general, non-reasoning data (``data/general.py`` on the
+   tiny default, a chat dataset on real recipes; no chain of thought for trivial queries) at the
+   recipe's ratio (the paper's 3:1), written to ``sft_mix.jsonl``; the **base** model is fine-tuned on it
+   (``sft/``, two epochs by default, the shared SFT runner);
+3. **reward_models** - helpfulness and harmlessness reward models (``rm_helpfulness/``,
+   ``rm_harmlessness/``), trained with TRL's RewardTrainer from preference pairs, or loaded;
+4. **final_rl** - GRPO from the SFT model over reasoning and general prompts. Each row is routed by its
+   ``task`` column: reasoning rows get the rule rewards (accuracy, readable format, language
+   consistency), general rows the reward models (helpfulness on the summary after ``</think>``,
+   harmlessness on the whole response). The final checkpoint is ``checkpoint/``.
+
+The held-out reasoning split is evaluated before and after the final RL (``eval_before``/``eval_after``),
+and held-out general prompts are probed with the SFT model and the final model (``general_sft`` and
+``general_final``): the helpfulness model's mean score, the share of exact helpful answers, and the
+share of harmful answers to harmful requests.
+
+Where this deviates from the paper: the paper's general data (~200k samples) reuses DeepSeek-V3's SFT
+set and its reward models come from DeepSeek-V3's pipeline; the tiny default builds both procedurally.
+To leave the final RL something to fix, the tiny world's general SFT data answers a share of harmful
+requests (``general.sft_unsafe_share``), as imperfect real chat data does.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import shutil
+import time
+from pathlib import Path
+
+from data import general as G
+from data.datasets import load_rows
+from data.jsonl import read_jsonl, write_jsonl_atomic
+from data.rejection import DROP_REASONS, rejection_sample
+from data.templates import chat_user_message
+from eval.generate import make_sampler
+from eval.runner import prompt_builder
+from stages import rewards as R
+from stages.common import load_model_and_tokenizer, pick_device
+from stages.reward_model import RewardScorer, train_reward_model
+from stages.rl import reward_functions, run_rl
+from stages.runner import model_ref
+from stages.sft import run_sft
+from stages.stage2_cold_start import base_of
+
+log = logging.getLogger("r1")
+
+SUBSTEPS = ("rejection", "sft", "reward_models", "final_rl")
+RM_PART = {"helpfulness": "summary", "harmlessness": "whole"}  # what each reward model reads
+
+
+def run(ctx, callbacks=None) -> Path:
+    recipe, m, cfg = ctx.recipe, ctx.manifest, ctx.recipe.stage4
+    if ctx.parent is None or ctx.parent.stage != "stage3":
+        raise ValueError("stage4 builds on stage 3 (the reasoning-RL model): run it with parent_stage='stage3'")
+    if not ctx.resumed:  # no manifest existed: anything in the folder is stale
+        shutil.rmtree(ctx.dir / "rejection", ignore_errors=True)
+    done = m.data["metrics"].setdefault("substeps", {})
+    if ctx.resumed:
+        log.info("stage4: resuming at sub-step %s", next((s for s in SUBSTEPS if s not in done), "(all done)"))
+    base = base_of(ctx.parent)
+    general_train, general_test = general_data(recipe)
+
+    with substep(m, "rejection"):
+        reasoning = rejection_step(ctx, model_ref(ctx.parent))
+    with substep(m, "sft"):
+        mix = sft_mix(reasoning, general_train, cfg.general, seed=recipe.seed)
+        write_jsonl_atomic(ctx.dir / "sft_mix.jsonl", mix)
+        m.update_metrics(sft_mix={"reasoning": len(reasoning), "general": len(mix) - len(reasoning),
+                                  "general_harmful": sum(bool(r.get("harmful")) for r in mix),
+                                  "general_unsafe_answers": sum(bool(r.get("unsafe")) for r in mix)})
+        sft_model = run_sft(ctx, cfg.sft, rows=mix, model_ref=base, name="sft")
+    with substep(m, "reward_models"):
+        rms = {name: reward_model_step(ctx, name, general_train, init_ref=str(sft_model)) for name in RM_PART}
+    scorers = {name: RewardScorer(ref, device=pick_device(recipe.device), trust_remote_code=recipe.trust_remote_code)
+               for name, ref in rms.items()}
+    if "general_sft" not in m.data["metrics"]:
+        m.update_metrics(general_sft=probe_general(recipe, str(sft_model), general_test, scorers, ctx.dir / "general_sft"))
+    with substep(m, "final_rl"):
+        final = final_rl(ctx, str(sft_model), general_train, scorers, callbacks)
+        m.update_metrics(general_final=probe_general(recipe, str(final), general_test, scorers,
+                                                     ctx.dir / "general_final"))
+    before, after = m.data["metrics"]["general_sft"], m.data["metrics"]["general_final"]
+    log.info("general prompts, SFT → final: helpfulness score %.3f → %.3f, helpful %.3f → %.3f, harmful %.3f → %.3f",
+             before["helpfulness_score"], after["helpfulness_score"], before["helpful_rate"], after["helpful_rate"],
+             before["harmful_rate"], after["harmful_rate"])
+    return final
+
+
+class substep:
+    """``with substep(manifest, name):`` records the sub-step's start, end and duration in the
+    manifest's ``metrics.substeps`` (a sub-step that raises stays recorded as ``running``)."""
+
+    def __init__(self, manifest, name: str):
+        self.m, self.name = manifest, name
+
+    def __enter__(self):
+        self.t0 = time.time()
+        entries = self.m.data["metrics"]["substeps"]
+        if entries.get(self.name, {}).get("status") != "complete":
+            entries[self.name] = {"status": "running"}
+            self.m.save()
+        log.info("stage4: sub-step %s", self.name)
+
+    def __exit__(self, exc_type, exc, tb):
+        entries = self.m.data["metrics"]["substeps"]
+        if exc_type is None and entries[self.name].get("status") != "complete":
+            entries[self.name] = {"status": "complete", "seconds": round(time.time() - self.t0, 1)}
+            self.m.save()
+        return False
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. Rejection sampling
+# ---------------------------------------------------------------------------------------------
+
+
+def rejection_step(ctx, stage3_model: str) -> list[dict]:
+    """Sample the stage-3 model on the training prompts, keep the correct, clean samples; returns SFT
+    rows (``messages``) and records counts in the manifest."""
+    recipe, m, cfg = ctx.recipe, ctx.manifest, ctx.recipe.stage4.rejection
+    out = ctx.dir / "rejection"
+    if "rejection" in m.data["metrics"] and (ctx.dir / "reasoning_sft.jsonl").exists():
+        return read_jsonl(ctx.dir / "reasoning_sft.jsonl")
+    rows, skipped, source = load_rows(cfg.prompts or recipe.data.train, recipe)
+    m.add_input_data("rejection_prompts", source, rows_used=len(rows), skipped=skipped)
+    if cfg.backend == "vllm":
+        sampler = make_sampler("vllm", model_path=stage3_model, seed=recipe.seed,
+                               trust_remote_code=recipe.trust_remote_code)
+        from stages.common import load_tokenizer
+        tokenizer = load_tokenizer(stage3_model, trust_remote_code=recipe.trust_remote_code)
+    else:
+        model, tokenizer = load_model_and_tokenizer(stage3_model, device=pick_device(recipe.device),
+                                                    trust_remote_code=recipe.trust_remote_code)
+        sampler = make_sampler("transformers", model=model, tokenizer=tokenizer, batch_size=cfg.batch_size)
+    log.info("rejection sampling: %d prompts from %s × %d samples (T=%.2f), shards of %d prompts in %s",
+             len(rows), source, cfg.samples_per_prompt, cfg.temperature, cfg.shard_size, out)
+    kept, drops, stats = rejection_sample(sampler, rows, prompt_builder("chat", tokenizer), out, cfg,
+                                          seed=recipe.seed, log=log.info)
+    sft_rows = [{"id": r["id"], "task": "reasoning", "lang": r["lang"],
+                 "messages": [{"role": "user", "content": chat_user_message(r["problem"])},
+                              {"role": "assistant", "content": r["completion"].strip()}]} for r in kept]
+    write_jsonl_atomic(ctx.dir / "reasoning_sft.jsonl", sft_rows)
+    m.update_metrics(rejection={**stats, "prompts": len(rows), "kept": len(kept),
+                                "prompts_with_a_kept_sample": len({r["id"] for r in kept}),
+                                "dropped": {reason: drops.get(reason, 0) for reason in DROP_REASONS}})
+    log.info("rejection sampling: %d of %d samples kept; dropped %s; %s samples/s", len(kept), stats["samples"],
+             {k: v for k, v in drops.items() if v} or "none", stats["samples_per_second"])
+    if not kept:
+        raise ValueError(f"rejection sampling kept nothing (dropped: {dict(drops)}); train stage 3 longer")
+    return sft_rows
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. General data and the SFT mix
+# ---------------------------------------------------------------------------------------------
+
+
+def general_data(recipe) -> tuple[list[dict], list[dict]]:
+    """(train rows, held-out rows) of general prompts: ``{id, prompt, reference, harmful}``."""
+    cfg = recipe.stage4.general
+    if cfg.source == "procedural":
+        train = G.general_rows(cfg.procedural_rows, "train", recipe.seed, cfg.harmful_share)
+        test = G.general_rows(cfg.eval_prompts, "test", recipe.seed, cfg.harmful_share)
+        return train, test
+    rows = _chat_rows(cfg)
+    cut = max(1, len(rows) - cfg.eval_prompts)
+    return rows[:cut], rows[cut:]
+
+
+def _chat_rows(cfg) -> list[dict]:
+    """Rows of a chat dataset (jsonl file or hub id) whose ``messages_field`` holds a conversation."""
+    if cfg.source == "jsonl":
+        raw = read_jsonl(Path(cfg.name))
+    else:
+        from datasets import load_dataset
+
+        raw = load_dataset(cfg.name, cfg.config, split=cfg.split)
+    rows = []
+    for i, r in enumerate(raw):
+        turns = r.get(cfg.messages_field) or []
+        user = next((t["content"] for t in turns if t.get("role") == "user"), None)
+        reply = next((t["content"] for t in turns if t.get("role") == "assistant"), None)
+        if user is None or reply is None:
+            continue
+        rows.append({"id": f"general-{i}", "prompt": user, "reference": reply, "harmful": False})
+    if not rows:
+        raise ValueError(f"general data {cfg.name}: no row has a user and an assistant turn in "
+                         f"{cfg.messages_field!r}")
+    return rows
+
+
+def sft_mix(reasoning: list[dict], general_train: list[dict], cfg, *, seed: int) -> list[dict]:
+    """The reasoning rows plus ``len(reasoning) / reasoning_per_general`` general rows, shuffled.
+
+    General responses carry no chain of thought. ``sft_unsafe_share`` of the harmful requests are
+    answered by compliance instead of a refusal (imperfect chat data, see the module docstring)."""
+    rng = random.Random(seed)
+    n_general = round(len(reasoning) / cfg.reasoning_per_general)
+    if n_general > len(general_train):
+        raise ValueError(f"the SFT mix needs {n_general} general rows but the general data has "
+                         f"{len(general_train)}: raise stage4.general.procedural_rows or reasoning_per_general")
+    rows = list(reasoning)
+    for g in general_train[:n_general]:
+        unsafe = bool(g.get("harmful")) and rng.random() < cfg.sft_unsafe_share
+        reply = G.harmful_compliance(g, rng) if unsafe else G.reference_response(g)
+        rows.append({"id": g["id"], "task": "general", "harmful": bool(g.get("harmful")), "unsafe": unsafe,
+                     "messages": [{"role": "user", "content": g["prompt"]}, {"role": "assistant", "content": reply}]})
+    rng.shuffle(rows)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. Reward models
+# ---------------------------------------------------------------------------------------------
+
+
+def reward_model_step(ctx, name: str, general_train: list[dict], *, init_ref: str) -> str:
+    """A reward model's reference: the recipe's pretrained one, or one trained here from pairs."""
+    recipe = ctx.recipe
+    spec = getattr(recipe.stage4, name)
+    if spec.pretrained:
+        ctx.manifest.add_input_data(f"rm_{name}", spec.pretrained, rows_used=0)
+        return spec.pretrained
+    if spec.dataset is not None:
+        pairs = _preference_rows(spec.dataset, recipe)
+    else:
+        build = G.helpfulness_pairs if name == "helpfulness" else G.harmlessness_pairs
+        pairs = build(general_train[: spec.pairs], seed=recipe.seed)
+    return str(train_reward_model(ctx, spec, pairs=pairs, init_ref=init_ref, name=f"rm_{name}"))
+
+
+def _preference_rows(spec, recipe) -> list[dict]:
+    """Preference pairs (``chosen``/``rejected``) from a jsonl file or hub dataset."""
+    if spec.source == "jsonl":
+        raw = read_jsonl(Path(spec.name))
+    elif spec.source == "hub":
+        from datasets import load_dataset
+
+        raw = load_dataset(spec.name, spec.config, split=spec.split)
+    else:
+        raise ValueError(f"reward model dataset: source must be jsonl or hub, got {spec.source!r}")
+    pairs = [{"chosen": r["chosen"], "rejected": r["rejected"]} for r in raw if r.get("chosen") and r.get("rejected")]
+    return pairs[: spec.limit] if spec.limit else pairs
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. Final RL, and the general probe
+# ---------------------------------------------------------------------------------------------
+
+
+def final_rl(ctx, sft_model: str, general_train: list[dict], scorers: dict, callbacks=None) -> Path:
+    recipe, cfg = ctx.recipe, ctx.recipe.stage4.rl
+    reasoning, _, source = load_rows(recipe.data.train, recipe)
+    eval_rows, _, _ = load_rows(recipe.data.test, recipe)
+    n_general = round(len(reasoning) * cfg.general_share / (1 - cfg.general_share))
+    general = general_train[-n_general:] if n_general else []  # the SFT mix drew from the front
+    keys = ("id", "problem", "answer", "lang", "task", "harmful")
+    rows = [dict.fromkeys(keys) | {k: r.get(k) for k in keys} | {"task": "reasoning"} for r in reasoning]
+    rows += [dict.fromkeys(keys) | {"id": g["id"], "problem": g["prompt"], "task": "general",
+                                    "harmful": bool(g.get("harmful"))} for g in general]
+    random.Random(recipe.seed).shuffle(rows)
+    log.info("final RL: %d reasoning + %d general prompts", len(rows) - len(general), len(general))
+    return run_rl(ctx, cfg, train_rows=rows, eval_rows=eval_rows, build_prompt=final_prompt, model_ref=sft_model,
+                  data_name=f"{source}+general", data_source=source, eval_template="chat", callbacks=callbacks,
+                  rewards=routed_rewards(cfg, scorers))
+
+
+def final_prompt(row: dict) -> list[dict]:
+    """Reasoning rows get the math instruction of every chat stage; general rows are asked as is."""
+    text = chat_user_message(row["problem"]) if row.get("task") != "general" else row["problem"]
+    return [{"role": "user", "content": text}]
+
+
+def routed_rewards(cfg, scorers: dict) -> tuple[list[str], list, list[float]]:
+    """(names, functions, weights): rule rewards on reasoning rows, reward models on general rows."""
+    rules = {n: w for n, w in cfg.rewards.items() if n not in RM_PART}
+    names, funcs, weights = reward_functions(_with_rewards(cfg, rules)) if rules else ([], [], [])
+    funcs = [R.for_task("reasoning", f) for f in funcs]
+    for name in (n for n in cfg.rewards if n in RM_PART):
+        names.append(name)
+        funcs.append(R.for_task("general", R.make_reward_model_reward(scorers[name], part=RM_PART[name], name=name)))
+        weights.append(float(cfg.rewards[name]))
+    return names, funcs, weights
+
+
+def _with_rewards(cfg, rewards: dict):
+    import dataclasses
+
+    return dataclasses.replace(cfg, rewards=rewards)
+
+
+def probe_general(recipe, model_path: str, rows: list[dict], scorers: dict, out_dir: Path) -> dict:
+    """Sample ``model_path`` on held-out general prompts (eval protocol: k samples, temperature, top_p)
+    and measure: the helpfulness model's mean score on benign prompts, the share of exact helpful
+    answers (``data.general.is_helpful_response``), the share of harmful answers to harmful requests
+    (``is_harmful_response``), and the harmlessness model's mean score."""
+    cfg = recipe.eval
+    model, tokenizer = load_model_and_tokenizer(model_path, device=pick_device(recipe.device),
+                                                trust_remote_code=recipe.trust_remote_code)
+    sampler = make_sampler("transformers", model=model, tokenizer=tokenizer, batch_size=cfg.batch_size)
+    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False,
+                                             add_generation_prompt=True) for r in rows]
+    samples = sampler(prompts, n=cfg.k, temperature=cfg.temperature, top_p=cfg.top_p,
+                      max_new_tokens=cfg.max_new_tokens, seed=recipe.seed, desc="general probe", progress=False)
+    flat = [(r, c["text"]) for r, cs in zip(rows, samples, strict=True) for c in cs]
+    benign = [(r, t) for r, t in flat if not r.get("harmful")]
+    harmful = [(r, t) for r, t in flat if r.get("harmful")]
+    help_scores = scorers["helpfulness"]([r["prompt"] for r, _ in benign], [G.summary_of(t) for _, t in benign])
+    harm_scores = scorers["harmlessness"]([r["prompt"] for r, _ in flat], [t for _, t in flat])
+    write_jsonl_atomic(Path(out_dir) / "samples.jsonl",
+                       [{"id": r["id"], "prompt": r["prompt"], "harmful": bool(r.get("harmful")), "completion": t,
+                         "helpful": G.is_helpful_response(r, t), "harmful_answer": G.is_harmful_response(r, t)}
+                        for r, t in flat])
+
+    def mean(xs):
+        return sum(xs) / len(xs) if xs else None
+
+    return {"prompts": len(rows), "samples": len(flat),
+            "helpfulness_score": mean(help_scores),
+            "harmlessness_score": mean(harm_scores),
+            "helpful_rate": mean([G.is_helpful_response(r, t) for r, t in benign]),
+            "harmful_rate": mean([G.is_harmful_response(r, t) for r, t in harmful]),
+            "refusal_rate_benign": mean([G.is_refusal(t) for _, t in benign])}
