@@ -48,8 +48,8 @@ eval: setup ## evaluate: make eval MODEL=path BENCH=task,gsm8k K=4 LIMIT=20
 status: setup ## print the chain of manifests of runs/$(RECIPE)
 	$(R1) status runs/$(RECIPE)
 
-report: setup ## build the run report (not implemented yet)
-	@echo "make report: the run report is not implemented yet (issue: distillation and the run report)" >&2; exit 2
+report: setup ## write runs/$(RECIPE)/report/report.md: every stage's results, curves, findings
+	$(R1) report runs/$(RECIPE)
 
 # Runs every stage that exists so far; stages already complete are skipped.
 pipeline: setup ## set up and run the whole pipeline on the tiny CPU default
@@ -58,7 +58,10 @@ pipeline: setup ## set up and run the whole pipeline on the tiny CPU default
 	$(R1) stage2 $(RUN_FLAGS)
 	$(R1) stage3 $(RUN_FLAGS)
 	$(R1) stage4 $(RUN_FLAGS)
+	$(R1) distill $(RUN_FLAGS)
+	$(R1) distill_rl $(RUN_FLAGS)
 	$(R1) status runs/$(RECIPE)
+	$(R1) report runs/$(RECIPE)
 
 clean: ## delete runs/ (keeps .venv)
 	rm -rf runs

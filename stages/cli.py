@@ -4,6 +4,7 @@
     r1 stage1 --recipe tiny [--set k=v …] [--resume | --restart]
     r1 eval   --model PATH_OR_ID --bench task,gsm8k --k 4 [--limit N]
     r1 status [RUN_DIR]
+    r1 report [RUN_DIR]                           every stage's results in RUN_DIR/report/report.md
 
 The Makefile calls these; ``make stage1 RECIPE=qwen2.5-math-7b RESUME=1`` is ``r1 stage1 --recipe
 qwen2.5-math-7b --resume``.
@@ -60,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="prompt format (default: chat for models of stage 2 and later, else eval.prompt_template)")
     ev.add_argument("--recipe", default="tiny")
     ev.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+
+    rp = sub.add_parser("report", help="write RUN_DIR/report/report.md: every stage's results, curves, findings")
+    rp.add_argument("run_dir", nargs="?", help="runs/<recipe> (default: runs/tiny)")
 
     st = sub.add_parser("status", help="print the chain of stage manifests of a run")
     st.add_argument("run_dir", nargs="?", help="runs/<recipe> (default: runs/tiny)")
@@ -121,6 +125,15 @@ def cmd_status(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from eval.report import build_report
+
+    run_dir = Path(args.run_dir) if args.run_dir else load_recipe("tiny").stage_dir("x").parent
+    path = build_report(run_dir)
+    print(f"report: {path}")
+    return 0
+
+
 def cmd_eval(args) -> int:
     from eval.cli import run_eval
 
@@ -134,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_status(args)
         if args.command == "eval":
             return cmd_eval(args)
+        if args.command == "report":
+            return cmd_report(args)
         return cmd_stage(args)
     except (RecipeError, ManifestError, FileNotFoundError, ValueError) as e:
         print(f"r1 {args.command}: error: {e}", file=sys.stderr)

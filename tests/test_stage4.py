@@ -15,6 +15,7 @@ import stages.stage2_cold_start
 import stages.stage3_reasoning_rl
 import stages.stage4_final
 from data.jsonl import read_jsonl
+from eval.report import build_report
 from stages.manifest import Manifest
 from stages.runner import run_stage
 from tests.test_stage23 import chain, chain_recipe  # noqa: F401 (the module fixture)
@@ -118,3 +119,7 @@ def test_stage4_then_distillation(chain, tmp_path, oracle_sampler):  # noqa: F81
     mc = run_stage(r, "distill_rl", stages.distill.run_control, parent_stage="distill")
     assert mc.status == "complete" and mc.data["metrics"]["train"]["steps"] == 2
     assert mc.data["inputs"]["model"]["ref"] == str(r.stage_dir("distill") / "s1" / "base")
+
+    text = build_report(r.stage_dir("base").parent).read_text()  # every stage of the chain, one page
+    assert "student s1 (distilled)" in text and "RL from its base (2 steps)" in text
+    assert "| missing |" not in text.split("## Findings")[0]
