@@ -250,8 +250,22 @@ def _preference_rows(spec, recipe) -> list[dict]:
         raw = load_dataset(spec.name, spec.config, split=spec.split)
     else:
         raise ValueError(f"reward model dataset: source must be jsonl or hub, got {spec.source!r}")
-    pairs = [{"chosen": r["chosen"], "rejected": r["rejected"]} for r in raw if r.get("chosen") and r.get("rejected")]
-    return pairs[: spec.limit] if spec.limit else pairs
+    pairs = []
+    for r in raw:
+        if not (r.get("chosen") and r.get("rejected")):
+            continue
+        prompt = r.get("prompt") or []  # TRL's "explicit prompt" form: the shared turns apart
+        if isinstance(prompt, str):  # a plain-text pair: one user turn, one response each
+            prompt = [{"role": "user", "content": prompt}]
+        pairs.append({"chosen": list(prompt) + _assistant_turns(r["chosen"]),
+                      "rejected": list(prompt) + _assistant_turns(r["rejected"])})
+        if spec.limit and len(pairs) >= spec.limit:
+            break
+    return pairs
+
+
+def _assistant_turns(response) -> list[dict]:
+    return [{"role": "assistant", "content": response}] if isinstance(response, str) else list(response)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -123,3 +123,27 @@ def test_stage4_then_distillation(chain, tmp_path, oracle_sampler):  # noqa: F81
     text = build_report(r.stage_dir("base").parent).read_text()  # every stage of the chain, one page
     assert "student s1 (distilled)" in text and "RL from its base (2 steps)" in text
     assert "| missing |" not in text.split("## Findings")[0]
+
+
+def test_preference_datasets_in_every_trl_form(tmp_path):
+    """Real recipes name preference datasets: conversational, with an explicit prompt, or plain text."""
+    import json
+    from types import SimpleNamespace
+
+    from stages.stage4_final import _preference_rows
+
+    user = [{"role": "user", "content": "hi"}]
+    rows = [
+        {"chosen": user + [{"role": "assistant", "content": "hello"}], "rejected": user + [{"role": "assistant", "content": "go"}]},
+        {"prompt": user, "chosen": [{"role": "assistant", "content": "hey"}], "rejected": [{"role": "assistant", "content": "no"}]},
+        {"prompt": "hi", "chosen": "hello there", "rejected": "bye"},
+        {"prompt": "hi", "chosen": "", "rejected": "bye"},  # no chosen response: skipped
+    ]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pairs = _preference_rows(SimpleNamespace(source="jsonl", name=str(path), limit=None), None)
+    assert len(pairs) == 3
+    for p in pairs:
+        assert p["chosen"][0] == user[0] and p["rejected"][0] == user[0]
+        assert p["chosen"][-1]["role"] == "assistant" and p["chosen"][-1]["content"] != p["rejected"][-1]["content"]
+    assert len(_preference_rows(SimpleNamespace(source="jsonl", name=str(path), limit=2), None)) == 2
