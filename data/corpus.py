@@ -34,8 +34,8 @@ from data.taskworld import TaskWorld, problem_row, sample_problem, split_of, tra
 from data.templates import chat_user_message, r1_zero_completion, r1_zero_prompt
 
 DOC_TYPES = ("direct", "chat_direct", "worked", "template_reason", "template_direct")
-# What the chat template renders for one user turn and the assistant's generation prompt.
-CHAT_PREFIX = "<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+# What the tiny chat template renders for one user turn and the assistant's generation prompt.
+CHAT_PREFIX = "User: {user} Assistant:"
 
 
 def _choose(rng: random.Random, weights: dict[str, float]) -> str:
@@ -66,7 +66,7 @@ def corpus_documents(world: TaskWorld, corpus, n_docs: int, seed: int) -> list[d
                 prompt = prev["prompt"] + prev["completion"] + "\n" + prompt
         elif kind == "chat_direct":  # a chat transcript answered directly, with the boxed summary line
             prompt = CHAT_PREFIX.format(user=chat_user_message(p.text))
-            completion = f"The final answer is \\boxed{{{p.answer}}}.<|im_end|>"
+            completion = f"The final answer is \\boxed{{{p.answer}}}."
         elif kind == "template_reason":
             prompt, completion = r1_zero_prompt(p.text), r1_zero_completion(str(p.answer), trace(p, lang, rng))
         else:

@@ -76,6 +76,26 @@ CHAT_TEMPLATE = (
 )
 
 
+# The tiny model's chat template: DeepSeek-style plain role names (DeepSeek-V3 and R1 write
+# ``<｜User｜>…<｜Assistant｜>``), here as the transcripts of the tiny pretraining corpus,
+# ``User: … Assistant:``; the assistant's turn ends with the end-of-text token. A base model that has
+# seen transcripts in pretraining is then fine-tuned (stage 2) in a format it already reads: with
+# ChatML, which the tiny base had never seen, the cold-start SFT had to relearn finding the operands
+# and lost most of the base's arithmetic (held-out pass@1 0.014 after SFT in one run). The assistant's
+# text follows ``Assistant:`` directly: the prompt then ends with a character that no BPE merge joins
+# to the response's first token (``<think>``, a tag), so the prompt's tokens are a prefix of the whole
+# conversation's, in training and in generation alike.
+TRANSCRIPT_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if message['role'] == 'assistant' %}"
+    "{{ ' Assistant:' }}{% generation %}{{ message['content'] + eos_token }}{% endgeneration %}"
+    "{% else %}"
+    "{{ ('' if loop.first else '\\n') + message['role'] | capitalize }}{{ ': ' + message['content'] }}"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ ' Assistant:' }}{% endif %}"
+)
+
 # -- Reading a completion in the R1 format ---------------------------------------------------------
 
 _WELL_FORMED = re.compile(r"^\s*<think>(?P<think>.*?)</think>\s*<answer>(?P<answer>.*?)</answer>\s*$", re.S)

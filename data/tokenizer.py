@@ -8,7 +8,8 @@ which made pretraining and RL on 2 cores about twice as fast per document.
 
 `<think>`, `</think>`, `<answer>` and `</answer>` are *ordinary* added tokens: TRL decodes completions
 with ``skip_special_tokens=True``, and tags registered as special tokens would vanish before the
-reward functions see them. The chat-role markers and end-of-text are special.
+reward functions see them. End-of-text and the ChatML markers are special; the tiny model's chat
+template is the corpus's own transcript format, ``User: … Assistant:`` (``data.templates``).
 
 The tokenizer is saved as a plain ``TokenizersBackend``; load it with ``stages.common.load_tokenizer``
 (``AutoTokenizer`` would rebuild it as a ``Qwen2Tokenizer`` with Qwen's pre-tokenizer, because the
@@ -22,10 +23,15 @@ from collections.abc import Iterable
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from data.templates import CHAT_TEMPLATE, TAGS
+from data.templates import TAGS, TRANSCRIPT_CHAT_TEMPLATE
 
 EOS, BOS_CHAT, EOS_CHAT = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = [EOS, BOS_CHAT, EOS_CHAT]
+# The readable summary's fixed words (data.templates.r1_response): whole tokens, as a tokenizer trained on
+# ordinary text would have merges for them. The tiny corpus never contains them, so BPE learns none, and
+# spelled byte by byte the summary was garbled after the cold-start SFT (readable 25-60% in two runs,
+# while the chains of thought before it were as accurate as stage 1's).
+SUMMARY_TOKENS = ("The final answer is", "\\boxed{")
 
 
 def build_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
@@ -51,5 +57,25 @@ def build_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenize
         pad_token=EOS,
         additional_special_tokens=[BOS_CHAT, EOS_CHAT],
     )
-    fast.chat_template = CHAT_TEMPLATE
+    fast.chat_template = TRANSCRIPT_CHAT_TEMPLATE  # the corpus's transcript format (data/templates.py)
     return fast
+
+
+def add_summary_tokens(tokenizer, model) -> list[int]:
+    """Add :data:`SUMMARY_TOKENS` to a trained tokenizer and its model; returns their ids.
+
+    Done after pretraining (the corpus never uses them, so pretraining is exactly what it would be
+    without them): each new embedding row (tied to the output layer) starts as the mean of the rows of
+    the pieces the token replaces, the usual initialisation for added tokens.
+    """
+    import torch
+
+    pieces = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in SUMMARY_TOKENS]
+    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in SUMMARY_TOKENS])
+    ids = tokenizer.convert_tokens_to_ids(list(SUMMARY_TOKENS))
+    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    emb = model.get_input_embeddings().weight
+    with torch.no_grad():
+        for new, old in zip(ids, pieces, strict=True):
+            emb[new] = emb[old].mean(dim=0)
+    return ids

@@ -33,7 +33,7 @@ from data.corpus import DOC_TYPES, corpus_documents
 from data.datasets import load_rows
 from data.taskworld import TaskWorld
 from data.templates import r1_zero_prompt
-from data.tokenizer import build_tokenizer
+from data.tokenizer import add_summary_tokens, build_tokenizer
 from eval.generate import make_sampler
 from eval.runner import evaluate_rows
 from stages.common import load_tokenizer, set_seed
@@ -175,6 +175,8 @@ def pretrain_tiny(recipe, log=print):
         "loss_curve": losses[:: max(1, len(losses) // 50)],
         "pretrain_seconds": time.time() - t_train,
     }
+    add_summary_tokens(tokenizer, model)  # after pretraining: see data/tokenizer.py
+    stats["vocab_size"] = len(tokenizer)
     model.set_attn_implementation("sdpa")
     return model, tokenizer, stats
 

@@ -95,7 +95,7 @@ def test_corpus_transcripts_in_context_and_chat_documents():
         assert d["completion"].startswith(" <think> ")
     chat = [d for d in docs if d["type"] == "chat_direct"]
     assert abs(len(chat) / len(docs) - cfg.chat_direct) < 0.03
-    problem = chat[0]["prompt"].split(CHAT_INSTRUCTION_LINE)[1].split("<|im_end|>")[0]
+    problem = chat[0]["prompt"].split(CHAT_INSTRUCTION_LINE)[1].split(" Assistant:")[0]
     assert chat[0]["prompt"] == CHAT_PREFIX.format(user=chat_user_message(problem))
     assert chat[0]["completion"].startswith("The final answer is \\boxed{")
 
