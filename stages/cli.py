@@ -41,6 +41,8 @@ def _stage_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--resume", action="store_true",
                    help="resume an incomplete run (the default when one exists)")
     g.add_argument("--restart", action="store_true", help="discard any existing run of this stage and start over")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan (batches, steps, tokens, memory per process) and check it; load nothing")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,8 +77,13 @@ def cmd_stage(args) -> int:
 
     from stages.runner import run_stage, setup_logging
 
-    setup_logging()
     recipe = load_recipe(args.recipe, args.overrides)
+    if args.dry_run:
+        from stages.plan import plan
+
+        print("\n".join(plan(recipe, args.command)))
+        return 0
+    setup_logging()
     target, parent = STAGES[args.command]
     module_name, _, function = target.partition(":")
     try:
@@ -150,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "report":
             return cmd_report(args)
         return cmd_stage(args)
-    except (RecipeError, ManifestError, FileNotFoundError, ValueError) as e:
+    except (RecipeError, ManifestError, FileNotFoundError, ValueError) as e:  # PlanError is a ValueError
         print(f"r1 {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -148,6 +148,7 @@ class BaseConfig:
     """
 
     pretrained: str | None = None
+    parameters_b: float | None = None  # the pretrained model's size in billions, for the dry run's memory plan
     architecture: TinyArchitecture = field(default_factory=TinyArchitecture)
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
@@ -442,6 +443,7 @@ class StudentSpec:
 
     name: str
     pretrained: str | None = None
+    parameters_b: float | None = None  # the pretrained student's size in billions (dry run)
     architecture: TinyArchitecture | None = None
     pretrain_steps: int | None = None
 
@@ -468,6 +470,26 @@ class DistillConfig:
 
 
 @dataclass
+class LaunchConfig:
+    """Where a recipe runs (``scripts/launch``, ``r1 <stage> --dry-run``): processes (GPUs) per node,
+    nodes, the accelerate config under ``recipes/accelerate/`` (``ddp``, ``zero2``, ``zero3``, ``fsdp``;
+    null: a single process), and the memory of one accelerator for the dry run's estimate."""
+
+    processes_per_node: int = 1
+    nodes: int = 1
+    accelerate_config: Literal["ddp", "zero2", "zero3", "fsdp"] | None = None
+    gpu_memory_gb: float = 80.0
+
+    def __post_init__(self):
+        if self.processes_per_node < 1 or self.nodes < 1:
+            raise ValueError("launch: processes_per_node and nodes must be >= 1")
+
+    @property
+    def processes(self) -> int:
+        return self.processes_per_node * self.nodes
+
+
+@dataclass
 class Recipe:
     name: str
     seed: int = 0
@@ -483,6 +505,7 @@ class Recipe:
     stage3: ReasoningRLConfig = field(default_factory=ReasoningRLConfig)
     stage4: Stage4Config = field(default_factory=Stage4Config)
     distill: DistillConfig = field(default_factory=DistillConfig)
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
 
     def stage_dir(self, stage: str) -> Path:
         root = Path(self.run_root)
