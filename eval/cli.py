@@ -14,6 +14,7 @@ from pathlib import Path
 from data.datasets import load_rows
 from data.jsonl import atomic_write_json
 from eval.benchmarks import load_benchmark
+from eval.budget import budget_sampler
 from eval.generate import make_sampler
 from eval.runner import evaluate_rows
 from stages.common import load_model_and_tokenizer, load_tokenizer, pick_device
@@ -72,7 +73,7 @@ def run_eval(args) -> int:
     cfg.prompt_template = args.template or template_for(ref, cfg.prompt_template)
     local = Path(ref).is_dir()
     out = Path(args.out) if args.out else (
-        Path(ref) / "eval" if local else recipe.stage_dir("eval") / re.sub(r"[^A-Za-z0-9_.-]+", "_", ref))
+        Path(ref) / ("eval" if not args.think_budget else f"eval_budget{args.think_budget}") if local else recipe.stage_dir("eval") / re.sub(r"[^A-Za-z0-9_.-]+", "_", ref))
     benches = [b.strip() for b in args.bench.split(",") if b.strip()]
     data_dir = args.benchmarks_dir or recipe.data.benchmarks_dir
     rows_by_bench = {b: benchmark_rows(b, recipe, args.limit or (cfg.benchmark_limit if b != "task" else None),
@@ -86,9 +87,13 @@ def run_eval(args) -> int:
                                                     trust_remote_code=recipe.trust_remote_code)
     sampler = make_sampler(cfg.backend, model=model, tokenizer=tokenizer, model_path=ref, seed=recipe.seed,
                            batch_size=cfg.batch_size, trust_remote_code=recipe.trust_remote_code)
+    if args.think_budget:
+        sampler = budget_sampler(sampler, tokenizer, think_budget=args.think_budget, min_think=args.min_think,
+                                 template=cfg.prompt_template)
     results = {"model": ref, "protocol": {"k": cfg.k, "temperature": cfg.temperature, "top_p": cfg.top_p,
                                           "max_new_tokens": cfg.max_new_tokens,
-                                          "prompt_template": cfg.prompt_template},
+                                          "prompt_template": cfg.prompt_template,
+                                          "think_budget": args.think_budget, "min_think": args.min_think},
                "benchmarks": {}, "written_at": None}
     previous = out / "results.json"
     if previous.exists():  # keep the other benchmarks of an earlier run into the same folder

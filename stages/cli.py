@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--backend", choices=["transformers", "vllm"])
     ev.add_argument("--template", choices=["r1_zero", "chat"],
                     help="prompt format (default: chat for models of stage 2 and later, else eval.prompt_template)")
+    ev.add_argument("--think-budget", type=int, help="budget forcing: stop thinking after N tokens (eval/budget.py)")
+    ev.add_argument("--min-think", type=int, default=0, help="budget forcing: extend shorter thinking with 'Wait'")
     ev.add_argument("--recipe", default="tiny")
     ev.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
 
