@@ -25,6 +25,58 @@ def pick_device(setting: str) -> torch.device:
     return torch.device(setting)
 
 
+# -- Several processes (torchrun / accelerate launch) -------------------------------------------
+# Every process runs the whole stage body (the trainers need all of them); only the main process
+# writes manifests, checkpoints, evaluations and figures. The others wait for it at barriers.
+
+
+def rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def is_main() -> bool:
+    return rank() == 0
+
+
+def init_distributed() -> None:
+    """Join the process group of a multi-process launch (gloo on CPU, NCCL on GPU) through
+    accelerate, before the stage body runs, so that its barriers work; a no-op for one process."""
+    if world_size() > 1:
+        from accelerate import PartialState
+
+        PartialState()
+
+
+def barrier() -> None:
+    """Wait for every process (no-op for one process)."""
+    if world_size() > 1 and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+
+
+def gather(obj) -> list:
+    """``obj`` from every process, in rank order (``[obj]`` for one process)."""
+    if world_size() == 1 or not torch.distributed.is_initialized():
+        return [obj]
+    out = [None] * world_size()
+    torch.distributed.all_gather_object(out, obj)
+    return out
+
+
+def weights_digest(model) -> str:
+    """A short sha256 of a model's parameters (in name order): equal digests, equal weights."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, p in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(p.detach().float().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
 def peak_rss_mb() -> float:
     """Peak resident memory of this process (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

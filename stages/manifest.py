@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from data.jsonl import atomic_write_json
+from stages.common import is_main
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -181,7 +182,9 @@ class Manifest:
     # -- updates (each one saved atomically) ----------------------------------------------------
 
     def save(self) -> None:
-        atomic_write_json(self.path, self.data)
+        """Write the manifest (the main process only: the others keep their copy in memory)."""
+        if is_main():
+            atomic_write_json(self.path, self.data)
 
     def set_input_model(self, ref: str) -> None:
         p = Path(ref)
@@ -203,7 +206,7 @@ class Manifest:
 
     def complete(self, checkpoint: Path | str | None) -> None:
         """Mark the stage complete: hash the checkpoint first, then write status last."""
-        if checkpoint is not None:
+        if checkpoint is not None and is_main():
             ckpt = Path(checkpoint)
             self.data["output"] = {"checkpoint": str(ckpt), "files": hash_checkpoint(ckpt)}
         self.data["status"] = "complete"

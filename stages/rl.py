@@ -53,7 +53,18 @@ from data.jsonl import append_jsonl, atomic_write_json, read_jsonl_tolerant
 from data.templates import is_well_formed, think_text
 from eval.language import is_mixed
 from stages import rewards as R
-from stages.common import load_model_and_tokenizer, load_tokenizer, pick_device, set_seed
+from stages.common import (
+    barrier,
+    gather,
+    is_main,
+    load_model_and_tokenizer,
+    load_tokenizer,
+    pick_device,
+    rank,
+    set_seed,
+    weights_digest,
+    world_size,
+)
 
 log = logging.getLogger("r1")
 
@@ -140,14 +151,6 @@ def truncate_jsonl(path: Path, max_step: int) -> int:
     return dropped
 
 
-def _rank() -> int:
-    return int(os.environ.get("RANK", "0"))
-
-
-def _world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
 # ---------------------------------------------------------------------------------------------
 # Rewards and what they record
 # ---------------------------------------------------------------------------------------------
@@ -173,11 +176,12 @@ class RolloutRecorder:
         self.sample_every = sample_every
         self.samples_per_step = samples_per_step
         self.language_target = language_target
-        self.rank = _rank()
+        self.rank = rank()
         suffix = "" if self.rank == 0 else f".rank{self.rank}"
         self.candidates_path = self.out_dir / CANDIDATES_NAME.replace(".jsonl", f"{suffix}.jsonl")
         self.samples_dir = self.out_dir / "samples"
         self.candidates_written = 0
+        self.prompts_seen: set[tuple[int, str]] = set()  # (step, prompt id) scored on this process
         self._batch: dict[str, list] = {}
 
     def wrap(self, name: str, func: Callable) -> Callable:
@@ -212,6 +216,7 @@ class RolloutRecorder:
         langs = kwargs.get("lang") or [None] * n
         mixed = [bool(th and is_mixed(th, target=lang or self.language_target)) for th, lang in zip(thinks, langs, strict=True)]
         lengths = [len(ids) for ids in kwargs.get("completion_ids") or [[]] * n]
+        self.prompts_seen.update((step, str(i)) for i in kwargs.get("id") or [])
 
         log_metric = kwargs.get("log_metric")
         if log_metric is not None:
@@ -333,7 +338,7 @@ def grpo_config(cfg, *, output_dir: Path, seed: int, device: torch.device, bf16:
     """TRL's GRPOConfig for an RLConfig section."""
     from trl import GRPOConfig
 
-    world = _world_size()
+    world = world_size()
     completions_per_step = cfg.prompts_per_step * cfg.num_generations
     if completions_per_step % (cfg.gradient_accumulation_steps * world):
         raise ValueError(f"prompts_per_step × num_generations ({completions_per_step}) must be divisible by "
@@ -479,19 +484,21 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
     # -- where to start: fresh, resumed from checkpoint-N, or training already done ------------
     resume_from, from_step = None, 0
     done = ctx.resumed and "train" in m.data["metrics"] and final.is_dir()
-    if not ctx.resumed:  # no manifest existed: anything in the folder is stale
+    if not ctx.resumed and is_main():  # no manifest existed: anything in the folder is stale
         shutil.rmtree(trainer_dir, ignore_errors=True)
         for stale in (metrics_path, out / "eval_before", out / "eval_after", out / "samples", final):
             shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
         for stale in out.glob(CANDIDATES_NAME.replace(".jsonl", "*.jsonl")):
             stale.unlink()
     elif not done:
-        resume_from = last_complete_checkpoint(trainer_dir, remove_partial=True)
+        resume_from = last_complete_checkpoint(trainer_dir, remove_partial=is_main())
         from_step = checkpoint_step(resume_from) if resume_from else 0
-        dropped = truncate_jsonl(metrics_path, from_step)
-        recorder.truncate(from_step)
-        log.info("resuming from %s (step %d); dropped %d metric rows past it",
-                 resume_from or "the start (no complete checkpoint)", from_step, dropped)
+        if is_main():
+            dropped = truncate_jsonl(metrics_path, from_step)
+            recorder.truncate(from_step)
+            log.info("resuming from %s (step %d); dropped %d metric rows past it",
+                     resume_from or "the start (no complete checkpoint)", from_step, dropped)
+    barrier()
     if ctx.resumed and m.data.get("resumes"):
         m.data["resumes"][-1]["from_step"] = cfg.steps if done else from_step
         m.save()
@@ -504,11 +511,12 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
     if m.data["inputs"]["model"] is None:
         m.set_input_model(model_ref)
     m.add_input_data(data_name, data_source, rows_used=len(train_rows))
-    if "eval_before" not in m.data["metrics"]:
+    if "eval_before" not in m.data["metrics"] and is_main():
         log.info("evaluating %d held-out problems before training", len(eval_rows))
         m.update_metrics(eval_before=evaluate(recipe, model, tokenizer, eval_rows, out / "eval_before", model_ref,
                                                  eval_template))
-    log.info("before: %s", _describe(m.data["metrics"]["eval_before"]))
+        log.info("before: %s", _describe(m.data["metrics"]["eval_before"]))
+    barrier()
 
     # -- training ------------------------------------------------------------------------------
     if done:
@@ -532,20 +540,34 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         train_seconds = time.time() - t0
         model = trainer.accelerator.unwrap_model(trainer.model)
-        save_model_atomically(model, tokenizer, final)
-        rows = read_jsonl_tolerant(metrics_path)
-        m.update_metrics(train=_train_summary(rows, trainer.state.global_step, from_step, train_seconds,
-                                              recorder.candidates_written))
+        ranks = gather({"digest": weights_digest(model), "prompts": sorted(recorder.prompts_seen)})
+        if is_main():
+            save_model_atomically(model, tokenizer, final)
+            rows = read_jsonl_tolerant(metrics_path)
+            m.update_metrics(train={**_train_summary(rows, trainer.state.global_step, from_step, train_seconds,
+                                                     recorder.candidates_written), "processes": rank_summary(ranks)})
         del trainer
 
     # -- the "after" evaluation ----------------------------------------------------------------
-    log.info("evaluating %d held-out problems after training", len(eval_rows))
-    after = evaluate(recipe, model, tokenizer, eval_rows, out / "eval_after", str(final), eval_template)
-    m.update_metrics(eval_after=after)
-    log.info("after:  %s", _describe(after))
-    _plot(metrics_path, out / PLOT_NAME, {0: m.data["metrics"]["eval_before"].get("pass@1"),
-                                          cfg.steps: after.get("pass@1")})
+    if is_main():
+        log.info("evaluating %d held-out problems after training", len(eval_rows))
+        after = evaluate(recipe, model, tokenizer, eval_rows, out / "eval_after", str(final), eval_template)
+        m.update_metrics(eval_after=after)
+        log.info("after:  %s", _describe(after))
+        _plot(metrics_path, out / PLOT_NAME, {0: m.data["metrics"]["eval_before"].get("pass@1"),
+                                              cfg.steps: after.get("pass@1")})
+    barrier()
     return final
+
+
+def rank_summary(ranks: list[dict]) -> dict:
+    """What every process trained: its weights' digest (all equal after a synchronous data-parallel
+    run) and the (step, prompt) pairs it scored (different on each process: each had its own data)."""
+    sets = [set(map(tuple, r["prompts"])) for r in ranks]
+    return {"count": len(ranks), "weight_digests": [r["digest"] for r in ranks],
+            "weights_agree": len({r["digest"] for r in ranks}) == 1,
+            "prompts_scored": [len(x) for x in sets],
+            "prompts_scored_by_every_process": len(set.intersection(*sets)) if sets else 0}
 
 
 def _train_summary(rows: list[dict], global_step: int, from_step: int, train_seconds: float,

@@ -7,6 +7,8 @@
   and the resume is recorded in the manifest; ``restart`` discards it and starts over.
 - Any exception marks the manifest ``failed`` with the error, then propagates. A SIGKILL leaves
   ``running``: never ``complete``, because ``complete`` is the last thing a stage writes.
+- Under several processes (``scripts/launch``) every process runs the body; only the main one writes
+  the manifest and the outputs (``stages.common``), the others wait at barriers.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from stages.common import peak_rss_mb
+from stages.common import barrier, init_distributed, is_main, peak_rss_mb, rank
 from stages.manifest import MANIFEST_NAME, Manifest, ManifestError, require_parent
 
 log = logging.getLogger("r1")
@@ -56,6 +58,7 @@ def run_stage(recipe, stage: str, body: Callable[[StageContext], Path | str | No
     ``body`` returns the output checkpoint folder (hashed into the manifest) or a model reference
     string (a hub id) or None.
     """
+    init_distributed()
     stage_dir = recipe.stage_dir(stage)
     parent = require_parent(recipe.stage_dir(parent_stage), parent_stage, parent_stage) if parent_stage else None
 
@@ -71,11 +74,12 @@ def run_stage(recipe, stage: str, body: Callable[[StageContext], Path | str | No
             return existing
         resumed = True
         log.info("%s: resuming an incomplete run (status %r)", stage, existing.status)
-    elif restart and stage_dir.exists():
+    elif restart and stage_dir.exists() and is_main():
         log.info("%s: --restart: discarding %s", stage, stage_dir)
         shutil.rmtree(stage_dir)
+    barrier()
 
-    setup_logging(stage_dir / "stage.log")
+    setup_logging(stage_dir / ("stage.log" if is_main() else f"stage.rank{rank()}.log"))
     manifest = Manifest.start(stage_dir, stage, recipe, parent=parent, resumed=resumed)
     ctx = StageContext(recipe, stage, stage_dir, manifest, parent, resumed)
     t0 = time.time()
@@ -92,6 +96,7 @@ def run_stage(recipe, stage: str, body: Callable[[StageContext], Path | str | No
     else:
         manifest.complete(output)
     log.info("%s: complete → %s", stage, manifest_path)
+    barrier()  # the other processes leave only once the main one has written everything
     return manifest
 
 

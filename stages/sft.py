@@ -29,7 +29,16 @@ from transformers import TrainerCallback
 
 from data.jsonl import append_jsonl, read_jsonl_tolerant
 from data.templates import CHAT_END, CHAT_TEMPLATE
-from stages.common import load_model_and_tokenizer, pick_device, set_seed
+from stages.common import (
+    barrier,
+    gather,
+    is_main,
+    load_model_and_tokenizer,
+    pick_device,
+    set_seed,
+    weights_digest,
+    world_size,
+)
 from stages.rl import checkpoint_step, last_complete_checkpoint, save_model_atomically, truncate_jsonl
 
 log = logging.getLogger("r1")
@@ -92,13 +101,14 @@ def run_sft(ctx, cfg, *, rows: list[dict], model_ref: str, name: str = "checkpoi
     if ctx.resumed and key in m.data["metrics"] and final.is_dir():
         log.info("SFT %s already finished: %s", name, final)
         return final
-    resume_from = last_complete_checkpoint(trainer_dir, remove_partial=True) if ctx.resumed else None
-    if resume_from is None:  # fresh: nothing in the folder belongs to this run
+    resume_from = last_complete_checkpoint(trainer_dir, remove_partial=is_main()) if ctx.resumed else None
+    if resume_from is None and is_main():  # fresh: nothing in the folder belongs to this run
         shutil.rmtree(trainer_dir, ignore_errors=True)
         metrics_path.unlink(missing_ok=True)
-    else:
+    elif resume_from is not None and is_main():
         truncate_jsonl(metrics_path, checkpoint_step(resume_from))
         log.info("SFT %s: resuming from %s", name, resume_from)
+    barrier()
     if not rows:
         raise ValueError(f"SFT {name}: no training rows")
 
@@ -114,8 +124,8 @@ def run_sft(ctx, cfg, *, rows: list[dict], model_ref: str, name: str = "checkpoi
     if not tokenizer.chat_template or "{% generation %}" not in tokenizer.chat_template:
         log.info("SFT %s: the tokenizer has no chat template with generation markers; installing ChatML", name)
         tokenizer.chat_template = CHAT_TEMPLATE
-    # micro-batches per epoch, rounded up; max_steps (not epochs) so that resume and logs agree exactly
-    steps_per_epoch = math.ceil(len(rows) / (cfg.batch_size * cfg.gradient_accumulation_steps))
+    # optimizer steps per epoch, rounded up; max_steps (not epochs) so that resume and logs agree exactly
+    steps_per_epoch = math.ceil(len(rows) / (cfg.batch_size * cfg.gradient_accumulation_steps * world_size()))
     steps = max(1, math.ceil(cfg.epochs * steps_per_epoch))
 
     peft_config = None
@@ -132,8 +142,10 @@ def run_sft(ctx, cfg, *, rows: list[dict], model_ref: str, name: str = "checkpoi
         peft_config=peft_config,
         callbacks=[LossLog(metrics_path), *(callbacks or [])],
     )
+    audit = RowAudit(trainer.data_collator)  # which rows this process trained on
+    trainer.data_collator = audit
     log.info("SFT %s: %d rows, %d steps (%.1f epochs × batch %d), lr %.1e%s", name, len(rows), steps, cfg.epochs,
-             cfg.batch_size * cfg.gradient_accumulation_steps, cfg.learning_rate,
+             cfg.batch_size * cfg.gradient_accumulation_steps * world_size(), cfg.learning_rate,
              f", LoRA r={cfg.lora.r}" if cfg.lora else "")
     t0 = time.time()
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
@@ -145,12 +157,34 @@ def run_sft(ctx, cfg, *, rows: list[dict], model_ref: str, name: str = "checkpoi
     if end_of_turn is not None and end_of_turn != tokenizer.unk_token_id:
         # the model now ends its turn with <|im_end|>: generation (ours, TRL's, vLLM's) must stop there
         model.generation_config.eos_token_id = list(dict.fromkeys([tokenizer.eos_token_id, end_of_turn]))
-    save_model_atomically(model, tokenizer, final)
-    losses = [r["loss"] for r in read_jsonl_tolerant(metrics_path) if "loss" in r]
-    m.update_metrics(**{key: {
-        "rows": len(rows), "steps": trainer.state.global_step, "epochs": cfg.epochs,
-        "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
-        "train_seconds_this_run": round(seconds, 1), "resumed_from_step": checkpoint_step(resume_from) if resume_from else 0, "lora": cfg.lora is not None,
-    }})
+    ranks = gather({"digest": weights_digest(model), "rows": sorted(audit.seen)})
+    if is_main():
+        save_model_atomically(model, tokenizer, final)
+        losses = [r["loss"] for r in read_jsonl_tolerant(metrics_path) if "loss" in r]
+        m.update_metrics(**{key: {
+            "rows": len(rows), "steps": trainer.state.global_step, "epochs": cfg.epochs,
+            "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
+            "train_seconds_this_run": round(seconds, 1),
+            "resumed_from_step": checkpoint_step(resume_from) if resume_from else 0, "lora": cfg.lora is not None,
+            "processes": {"count": len(ranks), "weights_agree": len({r["digest"] for r in ranks}) == 1,
+                          "weight_digests": [r["digest"] for r in ranks],
+                          "rows_seen": [len(r["rows"]) for r in ranks],
+                          "rows_seen_by_every_process": len(set.intersection(*(set(r["rows"]) for r in ranks)))},
+        }})
+    barrier()
     return final
+
+
+class RowAudit:
+    """Wraps a data collator and remembers a digest of every example this process trained on."""
+
+    def __init__(self, collator):
+        self.collator, self.seen = collator, set()
+
+    def __call__(self, examples):
+        import hashlib
+
+        for ex in examples:
+            self.seen.add(hashlib.sha256(str(ex.get("input_ids")).encode()).hexdigest()[:16])
+        return self.collator(examples)
 
