@@ -107,6 +107,22 @@ def test_stage1_tiny_run(base_run, tmp_path):
     assert again.data["ended_at"] == m.data["ended_at"]
 
 
+def test_same_seed_same_run(base_run, tmp_path):
+    """Two runs of stage 1 with the same recipe and seed: the same metrics, step by step, and the same
+    weights (what the manifest records is enough to rerun a stage)."""
+    runs = []
+    for name in ("a", "b"):
+        r = recipe(with_base(base_run, tmp_path, name), name)
+        m = run_stage(r, "stage1", stages.stage1_zero.run, parent_stage="base")
+        rows = read_jsonl_tolerant(r.stage_dir("stage1") / "metrics.jsonl")
+        assert m.data["recipe"] == r.to_dict()  # the resolved recipe, every field: enough to rerun the stage
+        runs.append(([{k: v for k, v in row.items() if k not in ("seconds_per_step", "time")} for row in rows],
+                     tensors(r.stage_dir("stage1") / "checkpoint")))
+    (rows_a, w_a), (rows_b, w_b) = runs
+    assert rows_a == rows_b and len(rows_a) == 4
+    assert all(torch.equal(w_a[k], w_b[k]) for k in w_a)
+
+
 class Crash(Exception):
     pass
 
