@@ -77,3 +77,27 @@ def test_registering_a_pretrained_model_records_it(tmp_path, small_base):
     m = run_stage(recipe, "base", run)
     assert m.status == "complete" and m.data["inputs"]["model"]["local"]
     assert Manifest.load(m.path).checkpoint == base.checkpoint
+
+
+def test_summary_tokens_are_added_after_pretraining_without_touching_the_rest():
+    """The readable summary's words become single tokens; the pretrained rows stay as they were and
+    each new row starts as the mean of the rows of the pieces it replaces."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from data.templates import r1_response
+    from data.tokenizer import SUMMARY_TOKENS, add_summary_tokens, build_tokenizer
+
+    tok = build_tokenizer(["What is 12 + 34? <think> 2+4=6 write 6 </think> <answer> 46 </answer>"] * 50, 300)
+    pieces = [tok(t, add_special_tokens=False)["input_ids"] for t in SUMMARY_TOKENS]
+    assert all(len(p) > 2 for p in pieces)  # spelled in many tokens before
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2, intermediate_size=32,
+                                         tie_word_embeddings=True))
+    old = model.get_input_embeddings().weight.detach().clone()
+    ids = add_summary_tokens(tok, model)
+    new = model.get_input_embeddings().weight.detach()
+    assert torch.equal(new[: len(old)], old) and model.lm_head.weight.shape[0] == len(tok)
+    for i, p in zip(ids, pieces, strict=True):
+        assert torch.allclose(new[i], old[p].mean(dim=0))
+    tokens = tok.convert_ids_to_tokens(tok(r1_response("2+4=6", "46"), add_special_tokens=False)["input_ids"])
+    assert all(t in tokens for t in SUMMARY_TOKENS)
