@@ -36,7 +36,7 @@ from data.templates import r1_zero_prompt
 from data.tokenizer import add_summary_tokens, build_tokenizer
 from eval.generate import make_sampler
 from eval.runner import evaluate_rows
-from stages.common import load_tokenizer, set_seed
+from stages.common import check_model_ref, load_tokenizer, set_seed
 
 log = logging.getLogger("r1")
 
@@ -203,6 +203,7 @@ def run(ctx) -> Path | str:
     recipe, m = ctx.recipe, ctx.manifest
     if recipe.base.pretrained:
         ref = recipe.base.pretrained
+        check_model_ref(ref)
         log.info("base: registering pretrained model %s", ref)
         m.set_input_model(ref)
         return ref

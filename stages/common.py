@@ -101,11 +101,20 @@ def load_tokenizer(path_or_id: str, *, trust_remote_code: bool = False):
     return tokenizer
 
 
+def check_model_ref(ref: str) -> None:
+    """Refuse a local model path that does not exist (absolute, ``./…``, or inside an existing folder),
+    instead of letting the hub client fail on it as if it were a repository id."""
+    p = Path(ref)
+    if not p.exists() and (p.is_absolute() or ref.startswith(".") or (str(p.parent) != "." and p.parent.is_dir())):
+        raise FileNotFoundError(f"model {ref!r}: no such folder")
+
+
 def load_model_and_tokenizer(path_or_id: str, *, device: torch.device, trust_remote_code: bool, dtype=None):
     """Load a causal LM and its tokenizer from a local checkpoint or hub id (never fetches remote code
     unless the recipe sets ``trust_remote_code``)."""
     from transformers import AutoModelForCausalLM
 
+    check_model_ref(path_or_id)
     if not Path(path_or_id).exists() and os.environ.get("HF_HUB_OFFLINE") == "1":
         raise FileNotFoundError(f"model {path_or_id!r}: no such local path, and the hub is offline")
     tokenizer = load_tokenizer(path_or_id, trust_remote_code=trust_remote_code)

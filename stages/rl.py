@@ -397,6 +397,22 @@ def grpo_config(cfg, *, output_dir: Path, seed: int, device: torch.device, bf16:
     )
 
 
+def fit_prompts(rows: list[dict], build_prompt: Callable[[dict], str | list], tokenizer, limit: int,
+                where: str) -> tuple[list[dict], int]:
+    """The rows whose prompt leaves ``max_completion_length`` tokens in the model's context (``limit``
+    prompt tokens at most), and how many were dropped; none left is an error naming the data."""
+    def length(prompt) -> int:
+        if isinstance(prompt, str):
+            return len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+        return len(tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True))
+
+    kept = [r for r in rows if length(build_prompt(r)) <= limit]
+    if rows and not kept:
+        raise ValueError(f"{where}: every prompt is longer than {limit} tokens (the context minus "
+                         "max_completion_length); shorten them or lower max_completion_length")
+    return kept, len(rows) - len(kept)
+
+
 def prompt_dataset(rows: list[dict], build_prompt: Callable[[dict], str | list]):
     """A ``datasets.Dataset`` with a ``prompt`` column (``build_prompt(row)``); every other column is
     kept for the rewards."""
@@ -449,12 +465,17 @@ def _describe(summary: dict) -> str:
 
 
 def save_model_atomically(model, tokenizer, target: Path) -> Path:
-    """save_pretrained into ``.<name>.tmp`` beside ``target``, then rename it into place."""
+    """save_pretrained into ``.<name>.tmp`` beside ``target``, then rename it into place. A save that
+    fails (a full disk) removes its partial folder and leaves ``target`` as it was."""
     target = Path(target)
     tmp = target.with_name(f".{target.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
     return target
@@ -510,7 +531,16 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
                                                 dtype=dtype)
     if m.data["inputs"]["model"] is None:
         m.set_input_model(model_ref)
-    m.add_input_data(data_name, data_source, rows_used=len(train_rows))
+    context = getattr(model.config, "max_position_embeddings", None)
+    skipped = {}
+    if context:
+        train_rows, too_long = fit_prompts(train_rows, build_prompt, tokenizer, context - cfg.max_completion_length,
+                                           data_source)
+        if too_long:
+            skipped["prompt longer than the context"] = too_long
+            log.warning("%d prompts of %s do not fit the context with room for the completion: skipped",
+                        too_long, data_source)
+    m.add_input_data(data_name, data_source, rows_used=len(train_rows), skipped=skipped)
     if "eval_before" not in m.data["metrics"] and is_main():
         log.info("evaluating %d held-out problems before training", len(eval_rows))
         m.update_metrics(eval_before=evaluate(recipe, model, tokenizer, eval_rows, out / "eval_before", model_ref,
