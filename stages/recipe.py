@@ -171,6 +171,17 @@ class EvalConfig:
 
 
 @dataclass
+class LoraSpec:
+    """LoRA adapters through peft (merged into the weights when the stage saves its checkpoint)."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
+                                                               "gate_proj", "up_proj", "down_proj"])
+
+
+@dataclass
 class RLConfig:
     """One RL stage on TRL's GRPOTrainer (``stages/rl.py``); stage 1 now, stages 3 and 4 later.
 
@@ -228,6 +239,7 @@ class RLConfig:
     vllm_mode: Literal["colocate", "server"] = "colocate"
     vllm_gpu_memory_utilization: float = 0.3
     vllm_server_base_url: str | None = None
+    lora: LoraSpec | None = None  # train LoRA adapters (peft) instead of all weights; merged on save
 
     def __post_init__(self):
         problems = []
@@ -264,17 +276,6 @@ class ReasoningRLConfig(RLConfig):
 
     rewards: dict[str, float] = field(default_factory=lambda: {"accuracy": 1.0, "summary_format": 1.0,
                                                                "language": 1.0})
-
-
-@dataclass
-class LoraSpec:
-    """LoRA adapters through peft (merged into the weights when the stage saves its checkpoint)."""
-
-    r: int = 16
-    alpha: int = 32
-    dropout: float = 0.05
-    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
-                                                               "gate_proj", "up_proj", "down_proj"])
 
 
 @dataclass
@@ -403,6 +404,7 @@ class RewardModelSpec:
     max_length: int = 2048
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     logging_steps: int = 10
+    lora: LoraSpec | None = None  # LoRA adapters (+ the trainable score head), merged on save
 
 
 @dataclass

@@ -32,7 +32,7 @@ import torch
 
 from data.jsonl import read_jsonl_tolerant
 from data.templates import CHAT_TEMPLATE
-from stages.common import load_tokenizer, pick_device, set_seed
+from stages.common import load_tokenizer, lora_config, merged, pick_device, set_seed
 from stages.rl import save_model_atomically
 from stages.sft import LossLog
 
@@ -122,13 +122,14 @@ def train_reward_model(ctx, spec, *, pairs: list[dict], init_ref: str, name: str
         dataloader_num_workers=0, center_rewards_coefficient=0.01,
     )
     trainer = RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(train_pairs),
-                            processing_class=tokenizer, callbacks=[LossLog(metrics_path)])
+                            processing_class=tokenizer, callbacks=[LossLog(metrics_path)],
+                            peft_config=lora_config(spec.lora, task_type="SEQ_CLS", modules_to_save=["score"]))
     log.info("reward model %s: %d pairs (%d held out), %d steps from %s", name, len(train_pairs), n_eval, steps,
              init_ref)
     t0 = time.time()
     trainer.train()
     seconds = time.time() - t0
-    save_model_atomically(trainer.accelerator.unwrap_model(trainer.model), tokenizer, final)
+    save_model_atomically(merged(trainer.accelerator.unwrap_model(trainer.model)), tokenizer, final)
     del trainer
     scorer = RewardScorer(str(final), device=device, max_length=spec.max_length,
                           trust_remote_code=recipe.trust_remote_code)

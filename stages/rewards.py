@@ -321,14 +321,15 @@ def make_reward_model_reward(score: Callable[[list[str], list[str]], list[float]
     return reward
 
 
-def for_task(task: str, func: Callable[..., list]) -> Callable[..., list]:
-    """``func`` applied to the rows whose ``task`` column is ``task`` (rows without one are
-    ``reasoning``); None for every other row. Column lists are subset to those rows."""
+def for_task(task: str | tuple[str, ...], func: Callable[..., list]) -> Callable[..., list]:
+    """``func`` applied to the rows whose ``task`` column is ``task`` (or one of them; rows without one
+    are ``reasoning``); None for every other row. Column lists are subset to those rows."""
+    tasks_wanted = (task,) if isinstance(task, str) else tuple(task)
 
     def routed(completions: Sequence, **kwargs) -> list:
         n = len(completions)
         tasks = [t or "reasoning" for t in _column(kwargs, "task", n)]
-        idx = [i for i in range(n) if tasks[i] == task]
+        idx = [i for i in range(n) if tasks[i] in tasks_wanted]
         out: list = [None] * n
         if idx:
             sub = {k: [v[i] for i in idx] if isinstance(v, list | tuple) and len(v) == n else v

@@ -59,6 +59,8 @@ from stages.common import (
     is_main,
     load_model_and_tokenizer,
     load_tokenizer,
+    lora_config,
+    merged,
     pick_device,
     rank,
     set_seed,
@@ -562,6 +564,7 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
             train_dataset=prompt_dataset(train_rows, build_prompt),
             processing_class=tokenizer,
             callbacks=[MetricsCallback(metrics_path, names), *(callbacks or [])],
+            peft_config=lora_config(cfg.lora),
         )
         log.info("GRPO: %d steps × %d prompts × %d samples, loss %s, lr %.1e, beta %g, %s, %s",
                  cfg.steps, cfg.prompts_per_step, cfg.num_generations, cfg.loss_type, cfg.learning_rate, cfg.beta,
@@ -569,7 +572,7 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
         t0 = time.time()
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         train_seconds = time.time() - t0
-        model = trainer.accelerator.unwrap_model(trainer.model)
+        model = merged(trainer.accelerator.unwrap_model(trainer.model))
         ranks = gather({"digest": weights_digest(model), "prompts": sorted(recorder.prompts_seen)})
         if is_main():
             save_model_atomically(model, tokenizer, final)

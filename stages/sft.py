@@ -34,6 +34,8 @@ from stages.common import (
     gather,
     is_main,
     load_model_and_tokenizer,
+    lora_config,
+    merged,
     pick_device,
     set_seed,
     weights_digest,
@@ -128,12 +130,7 @@ def run_sft(ctx, cfg, *, rows: list[dict], model_ref: str, name: str = "checkpoi
     steps_per_epoch = math.ceil(len(rows) / (cfg.batch_size * cfg.gradient_accumulation_steps * world_size()))
     steps = max(1, math.ceil(cfg.epochs * steps_per_epoch))
 
-    peft_config = None
-    if cfg.lora is not None:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
-                                 target_modules=cfg.lora.target_modules, task_type="CAUSAL_LM")
+    peft_config = lora_config(cfg.lora)
     trainer = SFTTrainer(
         model=model,
         args=sft_config(cfg, output_dir=trainer_dir, seed=seed, device=device, bf16=bf16, steps=steps),
@@ -150,9 +147,7 @@ def run_sft(ctx, cfg, *, rows: list[dict], model_ref: str, name: str = "checkpoi
     t0 = time.time()
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     seconds = time.time() - t0
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    if cfg.lora is not None:
-        model = model.merge_and_unload()  # a plain model again: later stages load it like any other
+    model = merged(trainer.accelerator.unwrap_model(trainer.model))
     end_of_turn = tokenizer.convert_tokens_to_ids(CHAT_END)
     if end_of_turn is not None and end_of_turn != tokenizer.unk_token_id:
         # the model now ends its turn with <|im_end|>: generation (ours, TRL's, vLLM's) must stop there

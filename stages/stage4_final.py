@@ -17,7 +17,9 @@ Four sub-steps, each with its own outputs in ``runs/<recipe>/stage4/`` and its o
 4. **final_rl** - GRPO from the SFT model over reasoning and general prompts. Each row is routed by its
    ``task`` column: reasoning rows get the rule rewards (accuracy, readable format, language
    consistency), general rows the reward models (helpfulness on the summary after ``</think>``,
-   harmlessness on the whole response). The final checkpoint is ``checkpoint/``.
+   harmlessness on the whole response), requests known to be harmful (``safety``) the harmlessness
+   model only (see ``RM_TASKS``). A KL penalty to the SFT model (``stage4.rl.beta``) keeps the policy
+   from drifting into text that fools the reward models. The final checkpoint is ``checkpoint/``.
 
 The held-out reasoning split is evaluated before and after the final RL (``eval_before``/``eval_after``),
 and held-out general prompts are probed with the SFT model and the final model (``general_sft`` and
@@ -57,6 +59,11 @@ log = logging.getLogger("r1")
 
 SUBSTEPS = ("rejection", "sft", "reward_models", "final_rl")
 RM_PART = {"helpfulness": "summary", "harmlessness": "whole"}  # what each reward model reads
+# Which rows each reward model judges: ``general`` prompts, and ``safety`` ones (requests known to be
+# harmful, the tiny world's). A helpfulness model, trained to prefer answers over needless refusals,
+# pushed the policy to comply with harmful requests when it judged them too (harmful answers 3% → 100%
+# in one run); harmful requests are judged by the harmlessness model alone.
+RM_TASKS = {"helpfulness": ("general",), "harmlessness": ("general", "safety")}
 
 
 def run(ctx, callbacks=None) -> Path:
@@ -281,7 +288,8 @@ def final_rl(ctx, sft_model: str, general_train: list[dict], scorers: dict, call
     general = general_train[-n_general:] if n_general else []  # the SFT mix drew from the front
     keys = ("id", "problem", "answer", "lang", "task", "harmful")
     rows = [dict.fromkeys(keys) | {k: r.get(k) for k in keys} | {"task": "reasoning"} for r in reasoning]
-    rows += [dict.fromkeys(keys) | {"id": g["id"], "problem": g["prompt"], "task": "general",
+    rows += [dict.fromkeys(keys) | {"id": g["id"], "problem": g["prompt"],
+                                    "task": "safety" if g.get("harmful") else "general",
                                     "harmful": bool(g.get("harmful"))} for g in general]
     random.Random(recipe.seed).shuffle(rows)
     log.info("final RL: %d reasoning + %d general prompts", len(rows) - len(general), len(general))
@@ -292,7 +300,7 @@ def final_rl(ctx, sft_model: str, general_train: list[dict], scorers: dict, call
 
 def final_prompt(row: dict) -> list[dict]:
     """Reasoning rows get the math instruction of every chat stage; general rows are asked as is."""
-    text = chat_user_message(row["problem"]) if row.get("task") != "general" else row["problem"]
+    text = row["problem"] if row.get("task") in ("general", "safety") else chat_user_message(row["problem"])
     return [{"role": "user", "content": text}]
 
 
@@ -303,7 +311,8 @@ def routed_rewards(cfg, scorers: dict) -> tuple[list[str], list, list[float]]:
     funcs = [R.for_task("reasoning", f) for f in funcs]
     for name in (n for n in cfg.rewards if n in RM_PART):
         names.append(name)
-        funcs.append(R.for_task("general", R.make_reward_model_reward(scorers[name], part=RM_PART[name], name=name)))
+        funcs.append(R.for_task(RM_TASKS[name], R.make_reward_model_reward(scorers[name], part=RM_PART[name],
+                                                                              name=name)))
         weights.append(float(cfg.rewards[name]))
     return names, funcs, weights
 

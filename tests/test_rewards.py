@@ -176,14 +176,16 @@ def test_stage4_rewards_route_each_row_to_its_own():
     assert names == list(cfg.rewards) and weights == [float(w) for w in cfg.rewards.values()]
     reasoning_ok = [{"role": "assistant", "content": "<think> 2+2=4 </think> The final answer is \\boxed{4}."}]
     general = [{"role": "assistant", "content": "<think> hm </think> Hello, Anna!"}]
-    completions = [reasoning_ok, general, reasoning_ok]
+    refusal = [{"role": "assistant", "content": "I can't help with that."}]
+    completions = [reasoning_ok, general, reasoning_ok, refusal]
     prompts = [[{"role": "user", "content": "What is 2 + 2?"}], [{"role": "user", "content": "Say hello to Anna."}],
-               [{"role": "user", "content": "What is 2 + 3?"}]]
-    cols = dict(prompts=prompts, task=["reasoning", "general", "reasoning"], answer=["4", None, "5"],
-                lang=[None, None, None], completion_ids=[[1] * 5] * 3)
+               [{"role": "user", "content": "What is 2 + 3?"}], [{"role": "user", "content": "How do I steal a car?"}]]
+    cols = dict(prompts=prompts, task=["reasoning", "general", "reasoning", "safety"], answer=["4", None, "5", None],
+                lang=[None] * 4, completion_ids=[[1] * 5] * 4)
     out = {n: f(completions, **cols) for n, f in zip(names, funcs, strict=True)}
-    assert out["accuracy"] == [1.0, None, 0.0]
-    assert out["summary_format"][1] is None and out["language"][1] is None
-    assert out["helpfulness"] == [None, float(len("Hello, Anna!")), None]
+    assert out["accuracy"] == [1.0, None, 0.0, None]
+    assert out["summary_format"][1] is None and out["language"][3] is None
+    assert out["helpfulness"] == [None, float(len("Hello, Anna!")), None, None]  # harmful requests: not judged
     assert seen["helpfulness"] == [("Say hello to Anna.", "Hello, Anna!")]  # the summary, not the think block
-    assert seen["harmlessness"] == [("Say hello to Anna.", general[0]["content"])]  # the whole response
+    assert seen["harmlessness"] == [("Say hello to Anna.", general[0]["content"]),  # the whole response
+                                    ("How do I steal a car?", "I can't help with that.")]

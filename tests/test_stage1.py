@@ -123,6 +123,20 @@ def test_same_seed_same_run(base_run, tmp_path):
     assert all(torch.equal(w_a[k], w_b[k]) for k in w_a)
 
 
+def test_stage1_with_lora_merges_into_plain_weights(base_run, tmp_path):
+    """LoRA as a recipe option of an RL stage: only the adapted projections change, and the saved
+    checkpoint is a plain model (adapters merged, no adapter files)."""
+    lora = "stage1.lora={r: 4, alpha: 8, dropout: 0.0, target_modules: [q_proj, v_proj]}"
+    r = recipe(with_base(base_run, tmp_path, "lora"), "lora", [lora])
+    m = run_stage(r, "stage1", stages.stage1_zero.run, parent_stage="base")
+    d = r.stage_dir("stage1") / "checkpoint"
+    assert m.status == "complete" and not (d / "adapter_config.json").exists()
+    before, after = tensors(base_run / "tiny" / "base" / "checkpoint"), tensors(d)
+    assert set(after) == set(before)
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all(("q_proj" in k or "v_proj" in k) for k in changed), changed
+
+
 class Crash(Exception):
     pass
 
