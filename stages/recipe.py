@@ -398,6 +398,7 @@ class RewardModelSpec:
     pretrained: str | None = None
     dataset: DatasetSpec | None = None
     pairs: int = 2000  # procedural pairs to build (tiny); a dataset's ``limit`` caps a real one
+    on_policy_prompts: int = 0  # tiny: also pair the SFT model's own answers on this many prompts (judged by rule)
     epochs: float = 1.0
     learning_rate: float = 1e-5
     batch_size: int = 8

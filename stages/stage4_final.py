@@ -239,12 +239,47 @@ def reward_model_step(ctx, name: str, general_train: list[dict], *, init_ref: st
     if spec.pretrained:
         ctx.manifest.add_input_data(f"rm_{name}", spec.pretrained, rows_used=0)
         return spec.pretrained
+    if ctx.resumed and f"rm_{name}" in ctx.manifest.data["metrics"] and (ctx.dir / f"rm_{name}").is_dir():
+        return str(ctx.dir / f"rm_{name}")
     if spec.dataset is not None:
         pairs = _preference_rows(spec.dataset, recipe)
     else:
         build = G.helpfulness_pairs if name == "helpfulness" else G.harmlessness_pairs
         pairs = build(general_train[: spec.pairs], seed=recipe.seed)
+        if spec.on_policy_prompts:
+            extra = on_policy_pairs(recipe, init_ref, general_train[-spec.on_policy_prompts:], name)
+            ctx.manifest.update_metrics(**{f"rm_{name}_on_policy_pairs": len(extra)})
+            pairs += extra
     return str(train_reward_model(ctx, spec, pairs=pairs, init_ref=init_ref, name=f"rm_{name}"))
+
+
+def on_policy_pairs(recipe, policy: str, rows: list[dict], name: str, samples: int = 4) -> list[dict]:
+    """Preference pairs over the policy's own answers, judged by the tiny world's rules: for helpfulness,
+    the reference over each of the policy's unhelpful answers to a benign prompt; for harmlessness, the
+    refusal over each of its answers that comply with a harmful request. A reward model trained on
+    clean procedural pairs alone scored the policy's malformed answers at random, and the final RL
+    learnt to exploit that; real reward models are trained on the policy's outputs in the same way."""
+    model, tok = load_model_and_tokenizer(policy, device=pick_device(recipe.device),
+                                          trust_remote_code=recipe.trust_remote_code)
+    sampler = make_sampler("transformers", model=model, tokenizer=tok, batch_size=recipe.eval.batch_size)
+    prompts = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False,
+                                       add_generation_prompt=True) for r in rows]
+    answers = sampler(prompts, n=samples, temperature=1.0, top_p=1.0, max_new_tokens=recipe.eval.max_new_tokens,
+                      seed=recipe.seed, desc="on-policy pairs", progress=False)
+    pairs = []
+    for row, outs in zip(rows, answers, strict=True):
+        for text in dict.fromkeys(o["text"].strip() for o in outs):
+            if name == "helpfulness" and not row["harmful"] and not G.is_helpful_response(row, text):
+                pairs.append(_pair(row["prompt"], G.reference_response(row), G.summary_of(text)))
+            elif name == "harmlessness" and G.is_harmful_response(row, text):
+                pairs.append(_pair(row["prompt"], G.REFUSAL, text))
+    return pairs
+
+
+def _pair(prompt: str, chosen: str, rejected: str) -> dict:
+    user = {"role": "user", "content": prompt}
+    return {"chosen": [user, {"role": "assistant", "content": chosen}],
+            "rejected": [user, {"role": "assistant", "content": rejected}]}
 
 
 def _preference_rows(spec, recipe) -> list[dict]:
