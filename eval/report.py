@@ -105,9 +105,11 @@ def findings(run_dir: Path) -> list[str]:
         if benefit:
             s1n, s3n = benefit.get("stage1_steps_to_target"), benefit.get("stage3_steps_to_target")
             faster = s3n is not None and s1n is not None and s3n < s1n
+            steps3 = (s3.data["metrics"].get("train") or {}).get("steps")
             out.append(f"**The cold start speeds up RL** — {'reproduced' if faster else '**not reproduced**'}: "
-                       f"stage 1's final training accuracy ({benefit['target_accuracy']:.3f}) reached at step "
-                       f"{s1n} by stage 1 and at step {s3n} by stage 3.")
+                       f"stage 1's final training accuracy ({benefit['target_accuracy']:.3f}, moving average of 5 "
+                       f"steps) reached at step {s1n} by stage 1, and "
+                       + (f"at step {s3n} by stage 3." if s3n is not None else f"never in stage 3's {steps3} steps."))
     s4 = _load(run_dir, "stage4")
     if s4 and "general_final" in s4.data["metrics"]:
         g0, g1 = s4.data["metrics"]["general_sft"], s4.data["metrics"]["general_final"]
