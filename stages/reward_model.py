@@ -32,7 +32,7 @@ import torch
 
 from data.jsonl import read_jsonl_tolerant
 from data.templates import CHAT_TEMPLATE
-from stages.common import load_tokenizer, lora_config, merged, pick_device, set_seed
+from stages.common import barrier, is_main, load_tokenizer, lora_config, merged, pick_device, set_seed
 from stages.rl import save_model_atomically
 from stages.sft import LossLog
 
@@ -93,8 +93,10 @@ def train_reward_model(ctx, spec, *, pairs: list[dict], init_ref: str, name: str
     if ctx.resumed and key in m.data["metrics"] and final.is_dir():
         log.info("reward model %s already trained: %s", name, final)
         return final
-    shutil.rmtree(trainer_dir, ignore_errors=True)
-    metrics_path.unlink(missing_ok=True)
+    if is_main():
+        shutil.rmtree(trainer_dir, ignore_errors=True)
+        metrics_path.unlink(missing_ok=True)
+    barrier()
     if len(pairs) < 10:
         raise ValueError(f"reward model {name}: {len(pairs)} preference pairs; need at least 10")
 
@@ -129,7 +131,9 @@ def train_reward_model(ctx, spec, *, pairs: list[dict], init_ref: str, name: str
     t0 = time.time()
     trainer.train()
     seconds = time.time() - t0
-    save_model_atomically(merged(trainer.accelerator.unwrap_model(trainer.model)), tokenizer, final)
+    if is_main():
+        save_model_atomically(merged(trainer.accelerator.unwrap_model(trainer.model)), tokenizer, final)
+    barrier()
     del trainer
     scorer = RewardScorer(str(final), device=device, max_length=spec.max_length,
                           trust_remote_code=recipe.trust_remote_code)

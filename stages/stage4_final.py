@@ -26,6 +26,10 @@ and held-out general prompts are probed with the SFT model and the final model (
 ``general_final``): the helpfulness model's mean score, the share of exact helpful answers, and the
 share of harmful answers to harmful requests.
 
+Several processes: the SFT, the reward models and the final RL train data-parallel like every stage
+(the main process saves); rejection sampling and the probes run on each process alike (identical
+results, written atomically), wasted work that a later change should split by rank.
+
 Where this deviates from the paper: the paper's general data (~200k samples) reuses DeepSeek-V3's SFT
 set and its reward models come from DeepSeek-V3's pipeline; the tiny default builds both procedurally.
 To leave the final RL something to fix, the tiny world's general SFT data answers a share of harmful
@@ -38,6 +42,7 @@ import logging
 import random
 import shutil
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from data import general as G
@@ -104,27 +109,20 @@ def run(ctx, callbacks=None) -> Path:
     return final
 
 
-class substep:
-    """``with substep(manifest, name):`` records the sub-step's start, end and duration in the
-    manifest's ``metrics.substeps`` (a sub-step that raises stays recorded as ``running``)."""
-
-    def __init__(self, manifest, name: str):
-        self.m, self.name = manifest, name
-
-    def __enter__(self):
-        self.t0 = time.time()
-        entries = self.m.data["metrics"]["substeps"]
-        if entries.get(self.name, {}).get("status") != "complete":
-            entries[self.name] = {"status": "running"}
-            self.m.save()
-        log.info("stage4: sub-step %s", self.name)
-
-    def __exit__(self, exc_type, exc, tb):
-        entries = self.m.data["metrics"]["substeps"]
-        if exc_type is None and entries[self.name].get("status") != "complete":
-            entries[self.name] = {"status": "complete", "seconds": round(time.time() - self.t0, 1)}
-            self.m.save()
-        return False
+@contextmanager
+def substep(manifest, name: str):
+    """``with substep(manifest, name):`` records the sub-step's status and duration in the manifest's
+    ``metrics.substeps`` (a sub-step that raises stays recorded as ``running``)."""
+    t0 = time.time()
+    entries = manifest.data["metrics"]["substeps"]
+    if entries.get(name, {}).get("status") != "complete":
+        entries[name] = {"status": "running"}
+        manifest.save()
+    log.info("stage4: sub-step %s", name)
+    yield
+    if entries[name].get("status") != "complete":
+        entries[name] = {"status": "complete", "seconds": round(time.time() - t0, 1)}
+        manifest.save()
 
 
 # ---------------------------------------------------------------------------------------------
