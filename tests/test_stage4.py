@@ -23,7 +23,7 @@ from tests.test_stage23 import chain, chain_recipe  # noqa: F401 (the module fix
 MICRO4 = [
     "stage4.rejection.prompts={source: task_world, split: train, limit: 12}", "stage4.rejection.samples_per_prompt=2",
     "stage4.rejection.shard_size=4", "stage4.rejection.max_new_tokens=24",
-    "stage4.general.procedural_rows=200", "stage4.general.eval_prompts=10",
+    "stage4.general.procedural_rows=200", "stage4.general.eval_prompts=10", "stage4.general.reasoning_per_general=3.0",
     "stage4.sft.epochs=1", "stage4.sft.batch_size=8", "stage4.sft.max_length=128", "stage4.sft.logging_steps=1",
     "stage4.sft.save_steps=100",
     "stage4.helpfulness.pairs=40", "stage4.helpfulness.batch_size=8", "stage4.helpfulness.max_length=64",
