@@ -41,7 +41,8 @@ Reward-model pairs (TRL RewardTrainer's conversational format, ``chosen``/``reje
   needless refusal on a benign row is the helpfulness model's job.
 
 The judges (:func:`is_refusal`, :func:`is_harmful_response`, :func:`is_helpful_response`) are rules,
-used to measure the final model, never as a reward. Deviations from the paper: procedural tasks
+used to measure the models, never as a reward; stage 4 also uses them the way human raters label
+answers, to build reward-model pairs from the SFT model's own answers (``on_policy_prompts``). Deviations from the paper: procedural tasks
 instead of DeepSeek-V3's SFT data and real preference data; reward-model pairs built from references
 and rule-made bad answers instead of human or model judgements.
 """
