@@ -66,6 +66,18 @@ def gather(obj) -> list:
     return out
 
 
+def processes_summary(model, seen, seen_name: str) -> dict:
+    """Gather, from every process, its weights' digest and the set ``seen`` of what it trained on; the
+    summary that the main process records: the digests (all equal after a synchronous data-parallel
+    run), ``<seen_name>`` per process, and how many items every process saw (0: each had its own data)."""
+    ranks = gather({"digest": weights_digest(model), "seen": sorted(seen)})
+    sets = [set(map(str, r["seen"])) for r in ranks]
+    return {"count": len(ranks), "weight_digests": [r["digest"] for r in ranks],
+            "weights_agree": len({r["digest"] for r in ranks}) == 1,
+            seen_name: [len(x) for x in sets],
+            f"{seen_name}_by_every_process": len(set.intersection(*sets))}
+
+
 def weights_digest(model) -> str:
     """A short sha256 of a model's parameters (in name order): equal digests, equal weights."""
     import hashlib

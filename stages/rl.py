@@ -55,16 +55,15 @@ from eval.language import is_mixed
 from stages import rewards as R
 from stages.common import (
     barrier,
-    gather,
     is_main,
     load_model_and_tokenizer,
     load_tokenizer,
     lora_config,
     merged,
     pick_device,
+    processes_summary,
     rank,
     set_seed,
-    weights_digest,
     world_size,
 )
 
@@ -573,12 +572,12 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         train_seconds = time.time() - t0
         model = merged(trainer.accelerator.unwrap_model(trainer.model))
-        ranks = gather({"digest": weights_digest(model), "prompts": sorted(recorder.prompts_seen)})
+        processes = processes_summary(model, recorder.prompts_seen, "prompts_scored")
         if is_main():
             save_model_atomically(model, tokenizer, final)
             rows = read_jsonl_tolerant(metrics_path)
             m.update_metrics(train={**_train_summary(rows, trainer.state.global_step, from_step, train_seconds,
-                                                     recorder.candidates_written), "processes": rank_summary(ranks)})
+                                                     recorder.candidates_written), "processes": processes})
         del trainer
 
     # -- the "after" evaluation ----------------------------------------------------------------
@@ -591,16 +590,6 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
                                               cfg.steps: after.get("pass@1")})
     barrier()
     return final
-
-
-def rank_summary(ranks: list[dict]) -> dict:
-    """What every process trained: its weights' digest (all equal after a synchronous data-parallel
-    run) and the (step, prompt) pairs it scored (different on each process: each had its own data)."""
-    sets = [set(map(tuple, r["prompts"])) for r in ranks]
-    return {"count": len(ranks), "weight_digests": [r["digest"] for r in ranks],
-            "weights_agree": len({r["digest"] for r in ranks}) == 1,
-            "prompts_scored": [len(x) for x in sets],
-            "prompts_scored_by_every_process": len(set.intersection(*sets)) if sets else 0}
 
 
 def _train_summary(rows: list[dict], global_step: int, from_step: int, train_seconds: float,

@@ -18,6 +18,7 @@ Outputs in the stage folder: ``<name>/`` (the final model + tokenizer, written a
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import shutil
@@ -31,14 +32,13 @@ from data.jsonl import append_jsonl, read_jsonl_tolerant
 from data.templates import CHAT_END, CHAT_TEMPLATE
 from stages.common import (
     barrier,
-    gather,
     is_main,
     load_model_and_tokenizer,
     lora_config,
     merged,
     pick_device,
+    processes_summary,
     set_seed,
-    weights_digest,
     world_size,
 )
 from stages.rl import checkpoint_step, last_complete_checkpoint, save_model_atomically, truncate_jsonl
@@ -152,7 +152,7 @@ def run_sft(ctx, cfg, *, rows: list[dict], model_ref: str, name: str = "checkpoi
     if end_of_turn is not None and end_of_turn != tokenizer.unk_token_id:
         # the model now ends its turn with <|im_end|>: generation (ours, TRL's, vLLM's) must stop there
         model.generation_config.eos_token_id = list(dict.fromkeys([tokenizer.eos_token_id, end_of_turn]))
-    ranks = gather({"digest": weights_digest(model), "rows": sorted(audit.seen)})
+    processes = processes_summary(model, audit.seen, "rows_seen")
     if is_main():
         save_model_atomically(model, tokenizer, final)
         losses = [r["loss"] for r in read_jsonl_tolerant(metrics_path) if "loss" in r]
@@ -161,10 +161,7 @@ def run_sft(ctx, cfg, *, rows: list[dict], model_ref: str, name: str = "checkpoi
             "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
             "train_seconds_this_run": round(seconds, 1),
             "resumed_from_step": checkpoint_step(resume_from) if resume_from else 0, "lora": cfg.lora is not None,
-            "processes": {"count": len(ranks), "weights_agree": len({r["digest"] for r in ranks}) == 1,
-                          "weight_digests": [r["digest"] for r in ranks],
-                          "rows_seen": [len(r["rows"]) for r in ranks],
-                          "rows_seen_by_every_process": len(set.intersection(*(set(r["rows"]) for r in ranks)))},
+            "processes": processes,
         }})
     barrier()
     return final
@@ -177,8 +174,6 @@ class RowAudit:
         self.collator, self.seen = collator, set()
 
     def __call__(self, examples):
-        import hashlib
-
         for ex in examples:
             self.seen.add(hashlib.sha256(str(ex.get("input_ids")).encode()).hexdigest()[:16])
         return self.collator(examples)
