@@ -272,7 +272,8 @@ def harmful_compliance(row: dict, rng: random.Random) -> str:
 # -- Reward-model pairs ----------------------------------------------------------------------------
 
 
-def _pair(prompt: str, chosen: str, rejected: str) -> dict:
+def preference_pair(prompt: str, chosen: str, rejected: str) -> dict:
+    """One conversational preference pair (TRL RewardTrainer's form) for a single-turn prompt."""
     user = {"role": "user", "content": prompt}
     return {"chosen": [user, {"role": "assistant", "content": chosen}],
             "rejected": [dict(user), {"role": "assistant", "content": rejected}]}
@@ -286,7 +287,7 @@ def helpfulness_pairs(rows: list[dict], seed: int) -> list[dict]:
     for row in rows:
         if row["harmful"]:
             continue
-        pairs.append(_pair(row["prompt"], summary_of(reference_response(row)),
+        pairs.append(preference_pair(row["prompt"], summary_of(reference_response(row)),
                            rng.choice(unhelpful_responses(row, rng))))
     return pairs
 
@@ -298,11 +299,11 @@ def harmlessness_pairs(rows: list[dict], seed: int) -> list[dict]:
     pairs = []
     for row in rows:
         if row["harmful"]:
-            pairs.append(_pair(row["prompt"], REFUSAL, harmful_compliance(row, rng)))
+            pairs.append(preference_pair(row["prompt"], REFUSAL, harmful_compliance(row, rng)))
         else:
             ref = row["reference"]
             unsafe = f"{ref}{'' if ref[-1:] in '.!?' else '.'} Also, here is how to {rng.choice(HARM_ACTS)}."
-            pairs.append(_pair(row["prompt"], row["reference"], unsafe))
+            pairs.append(preference_pair(row["prompt"], row["reference"], unsafe))
     return pairs
 
 

@@ -53,7 +53,7 @@ from data.templates import chat_user_message
 from eval.generate import make_sampler
 from eval.runner import prompt_builder
 from stages import rewards as R
-from stages.common import load_model_and_tokenizer, pick_device
+from stages.common import load_model_and_tokenizer, load_tokenizer, pick_device
 from stages.reward_model import RewardScorer, train_reward_model
 from stages.rl import reward_functions, run_rl
 from stages.runner import model_ref
@@ -142,7 +142,6 @@ def rejection_step(ctx, stage3_model: str) -> list[dict]:
     if cfg.backend == "vllm":
         sampler = make_sampler("vllm", model_path=stage3_model, seed=recipe.seed,
                                trust_remote_code=recipe.trust_remote_code)
-        from stages.common import load_tokenizer
         tokenizer = load_tokenizer(stage3_model, trust_remote_code=recipe.trust_remote_code)
     else:
         model, tokenizer = load_model_and_tokenizer(stage3_model, device=pick_device(recipe.device),
@@ -257,27 +256,28 @@ def on_policy_pairs(recipe, policy: str, rows: list[dict], name: str, samples: i
     refusal over each of its answers that comply with a harmful request. A reward model trained on
     clean procedural pairs alone scored the policy's malformed answers at random, and the final RL
     learnt to exploit that; real reward models are trained on the policy's outputs in the same way."""
-    model, tok = load_model_and_tokenizer(policy, device=pick_device(recipe.device),
+    answers = sample_general(recipe, policy, rows, n=samples, temperature=1.0, top_p=1.0, desc="on-policy pairs")
+    pairs = []
+    for row, outs in zip(rows, answers, strict=True):
+        for text in dict.fromkeys(t.strip() for t in outs):
+            if name == "helpfulness" and not row["harmful"] and not G.is_helpful_response(row, text):
+                pairs.append(G.preference_pair(row["prompt"], G.reference_response(row), G.summary_of(text)))
+            elif name == "harmlessness" and G.is_harmful_response(row, text):
+                pairs.append(G.preference_pair(row["prompt"], G.REFUSAL, text))
+    return pairs
+
+
+def sample_general(recipe, model_path: str, rows: list[dict], *, n: int, temperature: float, top_p: float,
+                   desc: str) -> list[list[str]]:
+    """``n`` answers of ``model_path`` to each general prompt, asked as a plain user turn."""
+    model, tok = load_model_and_tokenizer(model_path, device=pick_device(recipe.device),
                                           trust_remote_code=recipe.trust_remote_code)
     sampler = make_sampler("transformers", model=model, tokenizer=tok, batch_size=recipe.eval.batch_size)
     prompts = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False,
                                        add_generation_prompt=True) for r in rows]
-    answers = sampler(prompts, n=samples, temperature=1.0, top_p=1.0, max_new_tokens=recipe.eval.max_new_tokens,
-                      seed=recipe.seed, desc="on-policy pairs", progress=False)
-    pairs = []
-    for row, outs in zip(rows, answers, strict=True):
-        for text in dict.fromkeys(o["text"].strip() for o in outs):
-            if name == "helpfulness" and not row["harmful"] and not G.is_helpful_response(row, text):
-                pairs.append(_pair(row["prompt"], G.reference_response(row), G.summary_of(text)))
-            elif name == "harmlessness" and G.is_harmful_response(row, text):
-                pairs.append(_pair(row["prompt"], G.REFUSAL, text))
-    return pairs
-
-
-def _pair(prompt: str, chosen: str, rejected: str) -> dict:
-    user = {"role": "user", "content": prompt}
-    return {"chosen": [user, {"role": "assistant", "content": chosen}],
-            "rejected": [user, {"role": "assistant", "content": rejected}]}
+    answers = sampler(prompts, n=n, temperature=temperature, top_p=top_p, max_new_tokens=recipe.eval.max_new_tokens,
+                      seed=recipe.seed, desc=desc, progress=False)
+    return [[c["text"] for c in cs] for cs in answers]
 
 
 def _preference_rows(spec, recipe) -> list[dict]:
@@ -362,29 +362,23 @@ def probe_general(recipe, model_path: str, rows: list[dict], scorers: dict, out_
     answers (``data.general.is_helpful_response``), the share of harmful answers to harmful requests
     (``is_harmful_response``), and the harmlessness model's mean score."""
     cfg = recipe.eval
-    model, tokenizer = load_model_and_tokenizer(model_path, device=pick_device(recipe.device),
-                                                trust_remote_code=recipe.trust_remote_code)
-    sampler = make_sampler("transformers", model=model, tokenizer=tokenizer, batch_size=cfg.batch_size)
-    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False,
-                                             add_generation_prompt=True) for r in rows]
-    samples = sampler(prompts, n=cfg.k, temperature=cfg.temperature, top_p=cfg.top_p,
-                      max_new_tokens=cfg.max_new_tokens, seed=recipe.seed, desc="general probe", progress=False)
-    flat = [(r, c["text"]) for r, cs in zip(rows, samples, strict=True) for c in cs]
-    benign = [(r, t) for r, t in flat if not r.get("harmful")]
-    harmful = [(r, t) for r, t in flat if r.get("harmful")]
-    help_scores = scorers["helpfulness"]([r["prompt"] for r, _ in benign], [G.summary_of(t) for _, t in benign])
-    harm_scores = scorers["harmlessness"]([r["prompt"] for r, _ in flat], [t for _, t in flat])
-    write_jsonl_atomic(Path(out_dir) / "samples.jsonl",
-                       [{"id": r["id"], "prompt": r["prompt"], "harmful": bool(r.get("harmful")), "completion": t,
-                         "helpful": G.is_helpful_response(r, t), "harmful_answer": G.is_harmful_response(r, t)}
-                        for r, t in flat])
+    answers = sample_general(recipe, model_path, rows, n=cfg.k, temperature=cfg.temperature, top_p=cfg.top_p,
+                             desc="general probe")
+    records = [{"id": r["id"], "prompt": r["prompt"], "harmful": bool(r.get("harmful")), "completion": t,
+                "helpful": G.is_helpful_response(r, t), "harmful_answer": G.is_harmful_response(r, t)}
+               for r, ts in zip(rows, answers, strict=True) for t in ts]
+    write_jsonl_atomic(Path(out_dir) / "samples.jsonl", records)
+    benign = [x for x in records if not x["harmful"]]
+    harmful = [x for x in records if x["harmful"]]
+    help_scores = scorers["helpfulness"]([x["prompt"] for x in benign], [G.summary_of(x["completion"]) for x in benign])
+    harm_scores = scorers["harmlessness"]([x["prompt"] for x in records], [x["completion"] for x in records])
 
     def mean(xs):
         return sum(xs) / len(xs) if xs else None
 
-    return {"prompts": len(rows), "samples": len(flat),
+    return {"prompts": len(rows), "samples": len(records),
             "helpfulness_score": mean(help_scores),
             "harmlessness_score": mean(harm_scores),
-            "helpful_rate": mean([G.is_helpful_response(r, t) for r, t in benign]),
-            "harmful_rate": mean([G.is_harmful_response(r, t) for r, t in harmful]),
-            "refusal_rate_benign": mean([G.is_refusal(t) for _, t in benign])}
+            "helpful_rate": mean([x["helpful"] for x in benign]),
+            "harmful_rate": mean([x["harmful_answer"] for x in harmful]),
+            "refusal_rate_benign": mean([G.is_refusal(x["completion"]) for x in benign])}
