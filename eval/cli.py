@@ -72,8 +72,9 @@ def run_eval(args) -> int:
     ref = args.model or latest_model(recipe)
     cfg.prompt_template = args.template or template_for(ref, cfg.prompt_template)
     local = Path(ref).is_dir()
+    folder = f"eval_budget{args.think_budget}" if args.think_budget else "eval"
     out = Path(args.out) if args.out else (
-        Path(ref) / ("eval" if not args.think_budget else f"eval_budget{args.think_budget}") if local else recipe.stage_dir("eval") / re.sub(r"[^A-Za-z0-9_.-]+", "_", ref))
+        Path(ref) / folder if local else recipe.stage_dir("eval") / re.sub(r"[^A-Za-z0-9_.-]+", "_", ref))
     benches = [b.strip() for b in args.bench.split(",") if b.strip()]
     data_dir = args.benchmarks_dir or recipe.data.benchmarks_dir
     rows_by_bench = {b: benchmark_rows(b, recipe, args.limit or (cfg.benchmark_limit if b != "task" else None),

@@ -5,37 +5,16 @@ rejection sampling are in test_stage4.py and test_rejection.py.)"""
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 from data.jsonl import read_jsonl_tolerant
 from stages.manifest import Manifest
 from stages.rl import last_complete_checkpoint
-from tests.test_stage1 import MICRO
+from tests.test_stage1 import MICRO, run_until
 from tests.test_stage23 import MICRO23, chain, chain_recipe  # noqa: F401 (the module fixture)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def run_until(cmd: list[str], ready, timeout: float = 180) -> None:
-    """Start ``cmd``, SIGKILL it as soon as ``ready()`` holds; fail if it ends first."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    try:
-        deadline = time.time() + timeout
-        while time.time() < deadline and proc.poll() is None and not ready():
-            time.sleep(0.1)
-        assert proc.poll() is None, "the stage ended before it could be killed"
-        assert ready(), f"not ready within {timeout} s"
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
 
 
 def test_sigkill_during_the_cold_start_sft_then_resume(chain, tmp_path):  # noqa: F811

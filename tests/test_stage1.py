@@ -273,22 +273,7 @@ def test_sigkill_then_resume_through_the_cli(base_run, tmp_path):
     root = with_base(base_run, tmp_path, "kill")
     d = root / "kill" / "stage1"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.Popen(cli(root, "kill"), cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline and proc.poll() is None:
-            if last_complete_checkpoint(d / "trainer") is not None:
-                break
-            time.sleep(0.2)
-        assert proc.poll() is None, "stage 1 ended before it could be killed"
-        assert last_complete_checkpoint(d / "trainer") is not None, "no checkpoint within 120 s"
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+    run_until(cli(root, "kill"), lambda: last_complete_checkpoint(d / "trainer") is not None, timeout=120)
     killed = Manifest.load(d)
     assert killed.status == "running"  # never "complete" after a kill
 
@@ -304,3 +289,22 @@ def test_sigkill_then_resume_through_the_cli(base_run, tmp_path):
     state = json.loads((d / "trainer" / "checkpoint-8" / "trainer_state.json").read_text())
     assert state["global_step"] == 8
     assert "eval_before" in m.data["metrics"] and "eval_after" in m.data["metrics"]
+
+
+def run_until(cmd: list[str], ready, timeout: float = 180) -> None:
+    """Start ``cmd``, SIGKILL it as soon as ``ready()`` holds; fail if it ends first."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + timeout
+        while time.time() < deadline and proc.poll() is None and not ready():
+            time.sleep(0.1)
+        assert proc.poll() is None, "the stage ended before it could be killed"
+        assert ready(), f"not ready within {timeout} s"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
