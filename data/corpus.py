@@ -34,7 +34,7 @@ from data.taskworld import TaskWorld, problem_row, sample_problem, split_of, tra
 from data.templates import chat_user_message, r1_zero_completion, r1_zero_prompt
 
 DOC_TYPES = ("direct", "chat_direct", "worked", "template_reason", "template_direct")
-# What the tiny chat template renders for one user turn and the assistant's generation prompt.
+# A transcript turn: what the tiny chat template renders for one user turn and the generation prompt.
 CHAT_PREFIX = "User: {user} Assistant:"
 
 
@@ -58,7 +58,7 @@ def corpus_documents(world: TaskWorld, corpus, n_docs: int, seed: int) -> list[d
         if kind == "direct":
             prompt, completion = f"Question: {p.text}\nAnswer:", f" {p.answer}"
         elif kind == "worked":  # a short transcript: the R1 format without the template's preamble
-            prompt = f"User: {p.text} Assistant:"
+            prompt = CHAT_PREFIX.format(user=p.text)
             completion = r1_zero_completion(str(p.answer), trace(p, lang, rng))
             follows = bool(standalone) and rng.random() < corpus.context_share
             if follows:  # after another document, as in a longer text
