@@ -33,6 +33,11 @@ RL_STAGES = ("stage1", "stage3", "stage4", "distill_rl")
 MISSING = "missing"
 
 
+def load_run(run_dir: Path) -> dict[str, Manifest | None]:
+    """Every stage's manifest (None for a stage that has not run or whose manifest is unreadable)."""
+    return {stage: _load(run_dir, stage) for stage in STAGE_TITLES}
+
+
 def _load(run_dir: Path, stage: str) -> Manifest | None:
     path = run_dir / stage / MANIFEST_NAME
     if not path.exists():
@@ -63,11 +68,11 @@ def _row(name: str, status: str, ev: dict | None, m: Manifest | None, general: d
             f"{metrics['peak_rss_mb']:.0f} MB" if metrics.get("peak_rss_mb") else "–"]
 
 
-def stage_rows(run_dir: Path) -> list[list[str]]:
+def stage_rows(run: dict) -> list[list[str]]:
     """The results table: one row per stage (missing ones included) and per distilled student."""
     rows = []
     for stage, title in STAGE_TITLES.items():
-        m = _load(run_dir, stage)
+        m = run[stage]
         if m is None:
             rows.append([title, MISSING] + ["–"] * 9)
             continue
@@ -79,10 +84,10 @@ def stage_rows(run_dir: Path) -> list[list[str]]:
     return rows
 
 
-def findings(run_dir: Path) -> list[str]:
+def findings(run: dict) -> list[str]:
     """The paper's claims that this run measures, each with its numbers and a verdict."""
     out = []
-    s1 = _load(run_dir, "stage1")
+    s1, s3, s4 = run["stage1"], run["stage3"], run["stage4"]
     if s1 and "eval_after" in s1.data["metrics"]:
         b, a = s1.data["metrics"]["eval_before"], s1.data["metrics"]["eval_after"]
         acc_up = a["pass@1"] > b["pass@1"]
@@ -91,7 +96,6 @@ def findings(run_dir: Path) -> list[str]:
         out.append(f"**R1-Zero: accuracy and response length rise together under pure RL** — {verdict}: "
                    f"held-out pass@1 {b['pass@1']:.3f} → {a['pass@1']:.3f}, mean length "
                    f"{b['mean_length_tokens']:.1f} → {a['mean_length_tokens']:.1f} tokens.")
-    s3 = _load(run_dir, "stage3")
     if s1 and s3 and "eval_after" in s3.data["metrics"] and "eval_after" in s1.data["metrics"]:
         mix1 = s1.data["metrics"]["eval_after"].get("language_mix_rate")
         mix3 = s3.data["metrics"]["eval_after"].get("language_mix_rate")
@@ -110,14 +114,13 @@ def findings(run_dir: Path) -> list[str]:
                        f"stage 1's final training accuracy ({benefit['target_accuracy']:.3f}, moving average of 5 "
                        f"steps) reached at step {s1n} by stage 1, and "
                        + (f"at step {s3n} by stage 3." if s3n is not None else f"never in stage 3's {steps3} steps."))
-    s4 = _load(run_dir, "stage4")
     if s4 and "general_final" in s4.data["metrics"]:
         g0, g1 = s4.data["metrics"]["general_sft"], s4.data["metrics"]["general_final"]
         ok = (g1["helpfulness_score"] > g0["helpfulness_score"]) and (g1["harmful_rate"] or 0) <= (g0["harmful_rate"] or 0)
         out.append(f"**All-scenario RL makes the model more helpful and harmless** — "
                    f"{'reproduced' if ok else '**not reproduced**'}: helpfulness score {g0['helpfulness_score']:.2f} → "
                    f"{g1['helpfulness_score']:.2f}, harmful answers {g0['harmful_rate']:.1%} → {g1['harmful_rate']:.1%}.")
-    d, c = _load(run_dir, "distill"), _load(run_dir, "distill_rl")
+    d, c = run["distill"], run["distill_rl"]
     if d and c and "eval_after" in c.data["metrics"]:
         name = c.data["metrics"].get("student")
         student = (d.data["metrics"].get("students") or {}).get(name, {})
@@ -129,8 +132,8 @@ def findings(run_dir: Path) -> list[str]:
     return out
 
 
-def distill_table(run_dir: Path) -> list[list[str]]:
-    d, c = _load(run_dir, "distill"), _load(run_dir, "distill_rl")
+def distill_table(run: dict) -> list[list[str]]:
+    d, c = run["distill"], run["distill_rl"]
     rows = []
     for name, student in ((d.data["metrics"].get("students") or {}) if d else {}).items():
         params = (student.get("pretrain") or {}).get("parameters")
@@ -158,14 +161,15 @@ def build_report(run_dir: Path) -> Path:
         raise FileNotFoundError(f"{run_dir}: no such run folder")
     out = run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
+    run = load_run(run_dir)
     parts = [f"# Run report: `{run_dir}`", "",
              "Held-out results of every stage (the task world's test split; k samples per problem at the "
              "eval protocol's temperature; stages 2+ in the chat template). `–`: not measured; `missing`: the "
              "stage has not run.", "",
              _table(["stage", "status", "pass@1", "cons@k", "pass@k", "mean length", "language mix",
-                     "helpfulness", "harmful", "wall", "peak memory"], stage_rows(run_dir)), "",
+                     "helpfulness", "harmful", "wall", "peak memory"], stage_rows(run)), "",
              "## Findings", ""]
-    found = findings(run_dir)
+    found = findings(run)
     parts += [f"- {f}" for f in found] if found else ["- none yet: run the stages first."]
     parts += ["", "## Training curves", ""]
     for stage in RL_STAGES:
@@ -181,7 +185,7 @@ def build_report(run_dir: Path) -> Path:
         shutil.copy(losses, out / losses.name)
         parts += ["", f"![GRPO loss types]({losses.name})"]
     parts += ["", "## Distillation against RL", ""]
-    rows = distill_table(run_dir)
+    rows = distill_table(run)
     parts.append(_table(["student", "trained by", "pass@1", "parameters", "train time"], rows) if rows
                  else f"distillation: {MISSING}")
     path = out / "report.md"
