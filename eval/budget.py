@@ -43,8 +43,8 @@ def budget_sampler(sampler: Callable, tokenizer, *, think_budget: int, template:
         states = [{"prompt": p, "text": c["text"], "tokens": c["num_tokens"], "truncated": c["truncated"]}
                   for p, cs in zip(prompts, first, strict=True) for c in cs]
         for wait in range(max_waits):  # extend chains of thought that closed too early
-            short = [s for s in states if _thinking_tokens(s["text"], count) is not None
-                     and _thinking_tokens(s["text"], count) < min_think and s["tokens"] < think_budget]
+            short = [s for s in states if s["tokens"] < think_budget
+                     and (n := _thinking_tokens(s["text"], count)) is not None and n < min_think]
             if not short:
                 break
             for s in short:
