@@ -26,6 +26,7 @@ import math
 import random
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -78,8 +79,10 @@ def pairwise_accuracy(scorer: RewardScorer, pairs: list[dict]) -> float | None:
     return sum(c > r for c, r in zip(chosen, rejected, strict=True)) / len(pairs)
 
 
-def train_reward_model(ctx, spec, *, pairs: list[dict], init_ref: str, name: str, held_out: float = 0.1) -> Path:
-    """Train a reward model from ``init_ref`` on ``pairs`` inside a stage; returns ``<stage dir>/<name>``.
+def train_reward_model(ctx, spec, *, pairs: Callable[[], list[dict]], init_ref: str, name: str,
+                       held_out: float = 0.1) -> Path:
+    """Train a reward model from ``init_ref`` on the preference pairs ``pairs()`` builds (called only when
+    there is a model to train: a finished one is not redone) inside a stage; returns ``<stage dir>/<name>``.
 
     ``held_out`` of the pairs (shuffled under the recipe's seed) are kept out of training and measure
     the pairwise accuracy before and after."""
@@ -97,6 +100,7 @@ def train_reward_model(ctx, spec, *, pairs: list[dict], init_ref: str, name: str
         shutil.rmtree(trainer_dir, ignore_errors=True)
         metrics_path.unlink(missing_ok=True)
     barrier()
+    pairs = pairs()
     if len(pairs) < 10:
         raise ValueError(f"reward model {name}: {len(pairs)} preference pairs; need at least 10")
 

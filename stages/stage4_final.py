@@ -236,17 +236,18 @@ def reward_model_step(ctx, name: str, general_train: list[dict], *, init_ref: st
     if spec.pretrained:
         ctx.manifest.add_input_data(f"rm_{name}", spec.pretrained, rows_used=0)
         return spec.pretrained
-    if ctx.resumed and f"rm_{name}" in ctx.manifest.data["metrics"] and (ctx.dir / f"rm_{name}").is_dir():
-        return str(ctx.dir / f"rm_{name}")
-    if spec.dataset is not None:
-        pairs = _preference_rows(spec.dataset, recipe)
-    else:
+
+    def pairs() -> list[dict]:
+        if spec.dataset is not None:
+            return _preference_rows(spec.dataset, recipe)
         build = G.helpfulness_pairs if name == "helpfulness" else G.harmlessness_pairs
-        pairs = build(general_train[: spec.pairs], seed=recipe.seed)
+        built = build(general_train[: spec.pairs], seed=recipe.seed)
         if spec.on_policy_prompts:
             extra = on_policy_pairs(recipe, init_ref, general_train[-spec.on_policy_prompts:], name)
             ctx.manifest.update_metrics(**{f"rm_{name}_on_policy_pairs": len(extra)})
-            pairs += extra
+            built += extra
+        return built
+
     return str(train_reward_model(ctx, spec, pairs=pairs, init_ref=init_ref, name=f"rm_{name}"))
 
 
