@@ -5,23 +5,31 @@ SHELL := /bin/bash
 RECIPE ?= tiny
 PY := .venv/bin/python
 R1 := .venv/bin/r1
-STAMP := .venv/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+STAMP := .venv/.installed-$(shell cat pyproject.toml constraints/cpu.txt | sha256sum | cut -c1-12)
 RUN_FLAGS := --recipe $(RECIPE) $(if $(RESUME),--resume) $(if $(RESTART),--restart) $(foreach s,$(SET),--set $(s))
 
-.PHONY: help setup test test-all lint base compare-losses stage1 stage2 stage3 stage4 distill distill-rl eval report pipeline status clean
+.PHONY: help setup setup-gpu test faults test-all lint base compare-losses stage1 stage2 stage3 stage4 distill distill-rl eval report pipeline status clean
 
 help:
 	@grep -E '^[a-z0-9-]+:.*## ' Makefile | sed 's/:.*## /\t/' | column -t -s $$'\t'
 
 # Creates .venv and installs the pinned CPU set; a no-op when pyproject.toml has not changed.
 setup: $(STAMP) ## create .venv and install (idempotent)
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints/cpu.txt
 	@test -x .venv/bin/python || python3.11 -m venv .venv || python3 -m venv .venv
-	.venv/bin/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	.venv/bin/pip install --quiet --disable-pip-version-check -c constraints/cpu.txt -e '.[dev]'
 	@rm -f .venv/.installed-* && touch $@
+
+# GPU machines: the same project with vLLM and DeepSpeed, at the versions of constraints/gpu.txt.
+setup-gpu: ## create .venv with the GPU set (vLLM, DeepSpeed; CUDA machines only)
+	@test -x .venv/bin/python || python3.11 -m venv .venv || python3 -m venv .venv
+	.venv/bin/pip install --disable-pip-version-check -c constraints/gpu.txt -e '.[gpu,dev]'
 
 test: setup ## run the test suite (the CI command; excludes tests marked slow)
 	$(PY) -m pytest -q
+
+faults: setup ## the whole fault-injection suite (SIGKILL at chosen points of every stage, then resume)
+	$(PY) -m pytest -q -m faults tests/test_faults.py
 
 test-all: setup ## run every test, slow ones included
 	$(PY) -m pytest -q -m ''

@@ -3,7 +3,7 @@
 # code with a wider, deeper architecture, pretrained for a handful of steps), then a few GRPO steps of the
 # project's stage-1 code in bf16 on CUDA, with vLLM colocated when it is installed. Prints the GRPO
 # throughput in completion tokens per second.
-#   scripts/gpu_smoke.sh            # after `make setup` (and `pip install -e '.[gpu]'` for vLLM)
+#   scripts/gpu_smoke.sh            # after `make setup-gpu` (or `make setup`: then without vLLM)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python

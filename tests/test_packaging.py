@@ -1,0 +1,43 @@
+"""The declared dependencies and the two pinned sets (constraints/cpu.txt, constraints/gpu.txt) agree:
+every pin lies inside pyproject's range, so `make setup` and `make setup-gpu` can both resolve."""
+
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def pins(name: str) -> dict[str, str]:
+    out = {}
+    for line in (REPO / "constraints" / name).read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            req = Requirement(line)
+            (spec,) = req.specifier
+            assert spec.operator == "==", f"constraints/{name}: {line!r} is not an exact pin"
+            out[req.name.lower()] = spec.version
+    return out
+
+
+def declared() -> dict[str, Requirement]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    reqs = [*project["dependencies"], *project["optional-dependencies"]["gpu"]]
+    return {Requirement(r).name.lower(): Requirement(r) for r in reqs}
+
+
+@pytest.mark.parametrize("name", ["cpu.txt", "gpu.txt"])
+def test_every_pin_satisfies_pyproject(name):
+    deps = declared()
+    for package, version in pins(name).items():
+        if package in deps:
+            assert deps[package].specifier.contains(version), f"constraints/{name}: {package}=={version} " \
+                                                              f"is outside pyproject's {deps[package]}"
+
+
+def test_the_gpu_set_pins_every_gpu_package():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    gpu = {Requirement(r).name.lower() for r in project["optional-dependencies"]["gpu"]}
+    assert gpu <= set(pins("gpu.txt")), f"constraints/gpu.txt lacks {gpu - set(pins('gpu.txt'))}"
