@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from stages.faults import fault_point
+
 
 class DataError(ValueError):
     """Data cannot be used; the message names the source (file, line, field)."""
@@ -69,8 +71,10 @@ def append_jsonl(path: Path, rows: list[dict]) -> None:
         os.fsync(f.fileno())
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the new one, never a mix."""
+def atomic_write_text(path: Path, text: str, fault: str | None = None) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the new one, never a mix.
+    ``fault``: the fault-injection point between the write and the rename (``stages/faults.py``),
+    by default ``write:<file name>``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -80,14 +84,15 @@ def atomic_write_text(path: Path, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are for everyone who can read the run
+        fault_point(fault or f"write:{path.name}")
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, ensure_ascii=False) + "\n")
+def atomic_write_json(path: Path, obj: Any, fault: str | None = None) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, ensure_ascii=False) + "\n", fault)
 
 
 def write_jsonl_atomic(path: Path, rows: list[dict]) -> None:

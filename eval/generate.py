@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 from tqdm.auto import tqdm
 
+from stages.faults import fault_point
+
 
 @torch.inference_mode()
 def sample(
@@ -41,6 +43,7 @@ def sample(
     bar = tqdm(total=len(flat), desc=desc, disable=not progress, unit="seq")
     for start in range(0, len(flat), batch_size):
         chunk = flat[start : start + batch_size]
+        fault_point("generate")
         enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
         gen = model.generate(
             **enc,

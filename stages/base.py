@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import math
 import random
-import shutil
 import time
 from pathlib import Path
 
@@ -36,7 +35,8 @@ from data.templates import r1_zero_prompt
 from data.tokenizer import add_summary_tokens, build_tokenizer
 from eval.generate import make_sampler
 from eval.runner import evaluate_rows
-from stages.common import check_model_ref, load_tokenizer, set_seed
+from stages.common import check_model_ref, load_tokenizer, save_model_atomically, set_seed
+from stages.faults import fault_point
 
 log = logging.getLogger("r1")
 
@@ -151,6 +151,7 @@ def pretrain_tiny(recipe, log=print):
     model.train()
     t_train = time.time()
     for step in range(min(pt.steps, len(batches))):
+        fault_point("pretrain_step")
         input_ids, labels, attention = _batch([rows[i] for i in batches[step]], eos)
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
@@ -213,14 +214,7 @@ def run(ctx) -> Path | str:
                      rows_used=stats["corpus_documents"])
     m.update_metrics(pretrain=stats)
 
-    # Save to a temporary folder, then rename: a crash never leaves a half-written checkpoint.
-    checkpoint = ctx.dir / "checkpoint"
-    tmp = ctx.dir / ".checkpoint.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    shutil.rmtree(checkpoint, ignore_errors=True)
-    tmp.rename(checkpoint)
+    checkpoint = save_model_atomically(model, tokenizer, ctx.dir / "checkpoint")
     check_tokenizer_round_trip(checkpoint, r1_zero_prompt("What is 347 + 589?") + " <think> 7+9=16，写6")
 
     rows, _, source = load_rows(recipe.data.test, recipe)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 import random
 import resource
+import shutil
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from stages.faults import fault_point
 
 
 def set_seed(seed: int) -> None:
@@ -150,3 +153,34 @@ def load_model_and_tokenizer(path_or_id: str, *, device: torch.device, trust_rem
         path_or_id, trust_remote_code=trust_remote_code, dtype=dtype or "auto"
     ).to(device)
     return model, tokenizer
+
+
+def load_sampler(recipe, model_path: str, *, backend: str = "transformers", batch_size: int = 64):
+    """``(sampler, tokenizer)`` for ``model_path`` (``eval.generate.make_sampler``'s sampler): vLLM's
+    offline engine, or the model loaded on the recipe's device."""
+    from eval.generate import make_sampler
+
+    if backend == "vllm":
+        sampler = make_sampler("vllm", model_path=model_path, seed=recipe.seed, trust_remote_code=recipe.trust_remote_code)
+        return sampler, load_tokenizer(model_path, trust_remote_code=recipe.trust_remote_code)
+    model, tokenizer = load_model_and_tokenizer(model_path, device=pick_device(recipe.device),
+                                                trust_remote_code=recipe.trust_remote_code)
+    return make_sampler("transformers", model=model, tokenizer=tokenizer, batch_size=batch_size), tokenizer
+
+
+def save_model_atomically(model, tokenizer, target: Path) -> Path:
+    """save_pretrained into ``.<name>.tmp`` beside ``target``, then rename it into place. A save that
+    fails (a full disk) removes its partial folder and leaves ``target`` as it was."""
+    target = Path(target)
+    tmp = target.with_name(f".{target.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        model.save_pretrained(tmp)
+        fault_point(f"save:{target.name}")
+        tokenizer.save_pretrained(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+    return target

@@ -31,7 +31,8 @@ from data.datasets import load_rows
 from data.jsonl import read_jsonl
 from data.templates import r1_zero_prompt
 from stages.base import pretrain_tiny
-from stages.rl import evaluate, run_rl, save_model_atomically
+from stages.common import save_model_atomically
+from stages.rl import evaluate, run_rl
 from stages.runner import model_ref
 from stages.sft import run_sft
 

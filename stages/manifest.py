@@ -184,7 +184,7 @@ class Manifest:
     def save(self) -> None:
         """Write the manifest (the main process only: the others keep their copy in memory)."""
         if is_main():
-            atomic_write_json(self.path, self.data)
+            atomic_write_json(self.path, self.data, fault=f"write:{MANIFEST_NAME}:{self.data['status']}")
 
     def set_input_model(self, ref: str) -> None:
         p = Path(ref)

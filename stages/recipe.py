@@ -307,35 +307,10 @@ class SFTSpec:
 
 
 @dataclass
-class ColdStartConfig:
-    """Filters and caps of the cold-start set (``data/cold_start.py``; every drop reason is counted).
-
-    ``user_dataset``: an extra set of long chains of thought (rows with ``problem``, ``answer`` and
-    ``reasoning`` or ``completion``), e.g. ``{source: jsonl, name: my_cot.jsonl}``; null: none.
-    """
-
-    max_samples: int = 5000
-    max_per_problem: int = 2
-    min_reasoning_chars: int = 20
-    max_reasoning_chars: int = 20000
-    max_paragraph_chars: int = 1200
-    max_repeat_share: float = 0.2
-    language_target: str = "en"
-    user_dataset: DatasetSpec | None = None
-
-
-@dataclass
-class Stage2Config:
-    """Stage 2: build the cold-start set from stage 1's candidates, then SFT the *base* model on it."""
-
-    cold_start: ColdStartConfig = field(default_factory=ColdStartConfig)
-    sft: SFTSpec = field(default_factory=SFTSpec)
-
-
-@dataclass
 class RejectionConfig:
-    """Rejection sampling of stage 4 (``data/rejection.py``): ``samples_per_prompt`` samples of the
-    stage-3 model per prompt, graded and filtered, at most ``max_kept_per_prompt`` kept.
+    """Rejection sampling (``data/rejection.py``): ``samples_per_prompt`` samples of a model per prompt,
+    graded and filtered, at most ``max_kept_per_prompt`` kept. Stage 4 samples the stage-3 model;
+    stage 2 (``cold_start.sample``) the stage-1 model, for cold-start candidates.
 
     ``prompts``: null = ``data.train``. ``backend``: transformers (CPU and GPU) or vllm (GPU)."""
 
@@ -355,6 +330,36 @@ class RejectionConfig:
     def __post_init__(self):
         if self.samples_per_prompt < 1 or self.max_kept_per_prompt < 1 or self.shard_size < 1:
             raise ValueError("rejection: samples_per_prompt, max_kept_per_prompt and shard_size must be >= 1")
+
+
+@dataclass
+class ColdStartConfig:
+    """Filters and caps of the cold-start set (``data/cold_start.py``; every drop reason is counted).
+
+    ``user_dataset``: an extra set of long chains of thought (rows with ``problem``, ``answer`` and
+    ``reasoning`` or ``completion``), e.g. ``{source: jsonl, name: my_cot.jsonl}``; null: none.
+    ``sample``: also sample the stage-1 model (R1-Zero template) on these prompts and offer its correct,
+    clean answers as candidates (the paper's "gathering DeepSeek-R1-Zero outputs"); null: only the
+    completions stage 1 produced while training.
+    """
+
+    max_samples: int = 5000
+    max_per_problem: int = 2
+    min_reasoning_chars: int = 20
+    max_reasoning_chars: int = 20000
+    max_paragraph_chars: int = 1200
+    max_repeat_share: float = 0.2
+    language_target: str = "en"
+    user_dataset: DatasetSpec | None = None
+    sample: RejectionConfig | None = None
+
+
+@dataclass
+class Stage2Config:
+    """Stage 2: build the cold-start set from stage 1's candidates, then SFT the *base* model on it."""
+
+    cold_start: ColdStartConfig = field(default_factory=ColdStartConfig)
+    sft: SFTSpec = field(default_factory=SFTSpec)
 
 
 @dataclass

@@ -33,8 +33,17 @@ import torch
 
 from data.jsonl import read_jsonl_tolerant
 from data.templates import CHAT_TEMPLATE
-from stages.common import barrier, is_main, load_tokenizer, lora_config, merged, pick_device, set_seed
-from stages.rl import save_model_atomically
+from stages.common import (
+    barrier,
+    is_main,
+    load_tokenizer,
+    lora_config,
+    merged,
+    pick_device,
+    save_model_atomically,
+    set_seed,
+)
+from stages.faults import trainer_faults
 from stages.sft import LossLog
 
 log = logging.getLogger("r1")
@@ -128,7 +137,7 @@ def train_reward_model(ctx, spec, *, pairs: Callable[[], list[dict]], init_ref: 
         dataloader_num_workers=0, center_rewards_coefficient=0.01,
     )
     trainer = RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(train_pairs),
-                            processing_class=tokenizer, callbacks=[LossLog(metrics_path)],
+                            processing_class=tokenizer, callbacks=[LossLog(metrics_path), *trainer_faults()],
                             peft_config=lora_config(spec.lora, task_type="SEQ_CLS", modules_to_save=["score"]))
     log.info("reward model %s: %d pairs (%d held out), %d steps from %s", name, len(train_pairs), n_eval, steps,
              init_ref)

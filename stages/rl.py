@@ -57,15 +57,17 @@ from stages.common import (
     barrier,
     is_main,
     load_model_and_tokenizer,
-    load_tokenizer,
+    load_sampler,
     lora_config,
     merged,
     pick_device,
     processes_summary,
     rank,
+    save_model_atomically,
     set_seed,
     world_size,
 )
+from stages.faults import fault_point, trainer_faults
 
 log = logging.getLogger("r1")
 
@@ -127,6 +129,18 @@ def last_complete_checkpoint(trainer_dir: Path, remove_partial: bool = False) ->
         if remove_partial:
             shutil.rmtree(p, ignore_errors=True)
     return best
+
+
+def trained_weights(model, checkpoint: Path):
+    """The model a complete Trainer ``checkpoint-N`` holds: its saved weights, or ``model`` with the
+    checkpoint's LoRA adapter merged in."""
+    if (checkpoint / "adapter_config.json").exists():
+        from peft import PeftModel
+
+        return merged(PeftModel.from_pretrained(model, str(checkpoint)))
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(checkpoint, dtype=model.dtype).to(model.device)
 
 
 def truncate_jsonl(path: Path, max_step: int) -> int:
@@ -191,6 +205,7 @@ class RolloutRecorder:
         def reward(completions, **kwargs):
             if name == self.names[0]:
                 self._batch = {}  # a new batch (also after a reward that raised mid-batch)
+                fault_point("reward")
             values = func(completions, **kwargs)
             self._batch[name] = list(values)
             if len(self._batch) == len(self.names):  # every reward of this batch is in
@@ -440,14 +455,9 @@ def evaluate(recipe, model, tokenizer, rows: list[dict], out_dir: Path, model_pa
     from eval.runner import evaluate_rows
 
     cfg = recipe.eval if prompt_template is None else dataclasses.replace(recipe.eval, prompt_template=prompt_template)
-    if cfg.backend == "vllm":
-        sampler = make_sampler("vllm", model_path=model_path, seed=recipe.seed,
-                               trust_remote_code=recipe.trust_remote_code)
-        tokenizer = tokenizer or load_tokenizer(model_path, trust_remote_code=recipe.trust_remote_code)
+    if model is None or cfg.backend == "vllm":
+        sampler, tokenizer = load_sampler(recipe, model_path, backend=cfg.backend, batch_size=cfg.batch_size)
     else:
-        if model is None:
-            model, tokenizer = load_model_and_tokenizer(model_path, device=pick_device(recipe.device),
-                                                        trust_remote_code=recipe.trust_remote_code)
         sampler = make_sampler("transformers", model=model, tokenizer=tokenizer, batch_size=cfg.batch_size)
     summary = evaluate_rows(sampler, tokenizer, rows, cfg=cfg, seed=recipe.seed, out_dir=out_dir,
                             name="task_test", progress=False)
@@ -463,23 +473,6 @@ def _describe(summary: dict) -> str:
 # ---------------------------------------------------------------------------------------------
 # The run
 # ---------------------------------------------------------------------------------------------
-
-
-def save_model_atomically(model, tokenizer, target: Path) -> Path:
-    """save_pretrained into ``.<name>.tmp`` beside ``target``, then rename it into place. A save that
-    fails (a full disk) removes its partial folder and leaves ``target`` as it was."""
-    target = Path(target)
-    tmp = target.with_name(f".{target.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    shutil.rmtree(target, ignore_errors=True)
-    tmp.rename(target)
-    return target
 
 
 def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_prompt: Callable[[dict], str | list],
@@ -555,30 +548,38 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
         model, tokenizer = load_model_and_tokenizer(str(final), device=device,
                                                     trust_remote_code=recipe.trust_remote_code, dtype=dtype)
     else:
-        args = grpo_config(cfg, output_dir=trainer_dir, seed=seed, device=device, bf16=bf16, reward_weights=weights)
-        trainer = GRPOTrainer(
-            model=model,
-            reward_funcs=[recorder.wrap(n, f) for n, f in zip(names, funcs, strict=True)],
-            args=args,
-            train_dataset=prompt_dataset(train_rows, build_prompt),
-            processing_class=tokenizer,
-            callbacks=[MetricsCallback(metrics_path, names), *(callbacks or [])],
-            peft_config=lora_config(cfg.lora),
-        )
-        log.info("GRPO: %d steps × %d prompts × %d samples, loss %s, lr %.1e, beta %g, %s, %s",
-                 cfg.steps, cfg.prompts_per_step, cfg.num_generations, cfg.loss_type, cfg.learning_rate, cfg.beta,
-                 device.type, "bf16" if bf16 else "fp32")
         t0 = time.time()
-        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        if from_step >= cfg.steps:
+            # Killed after the last step's checkpoint, before the final save. Resumed from the checkpoint
+            # of its last step, transformers' Trainer trains one step more (it checks max_steps only
+            # after a step), so the checkpoint's weights are taken as they are.
+            log.info("training had finished (%s); saving its weights", resume_from)
+            model, global_step = trained_weights(model, resume_from), from_step
+        else:
+            args = grpo_config(cfg, output_dir=trainer_dir, seed=seed, device=device, bf16=bf16,
+                               reward_weights=weights)
+            trainer = GRPOTrainer(
+                model=model,
+                reward_funcs=[recorder.wrap(n, f) for n, f in zip(names, funcs, strict=True)],
+                args=args,
+                train_dataset=prompt_dataset(train_rows, build_prompt),
+                processing_class=tokenizer,
+                callbacks=[MetricsCallback(metrics_path, names), *(callbacks or []), *trainer_faults()],
+                peft_config=lora_config(cfg.lora),
+            )
+            log.info("GRPO: %d steps × %d prompts × %d samples, loss %s, lr %.1e, beta %g, %s, %s",
+                     cfg.steps, cfg.prompts_per_step, cfg.num_generations, cfg.loss_type, cfg.learning_rate,
+                     cfg.beta, device.type, "bf16" if bf16 else "fp32")
+            trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+            model, global_step = merged(trainer.accelerator.unwrap_model(trainer.model)), trainer.state.global_step
+            del trainer
         train_seconds = time.time() - t0
-        model = merged(trainer.accelerator.unwrap_model(trainer.model))
         processes = processes_summary(model, recorder.prompts_seen, "prompts_scored")
         if is_main():
             save_model_atomically(model, tokenizer, final)
             rows = read_jsonl_tolerant(metrics_path)
-            m.update_metrics(train={**_train_summary(rows, trainer.state.global_step, from_step, train_seconds,
+            m.update_metrics(train={**_train_summary(rows, global_step, from_step, train_seconds,
                                                      recorder.candidates_written), "processes": processes})
-        del trainer
 
     # -- the "after" evaluation ----------------------------------------------------------------
     if is_main():

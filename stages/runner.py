@@ -74,6 +74,8 @@ def run_stage(recipe, stage: str, body: Callable[[StageContext], Path | str | No
             return existing
         resumed = True
         log.info("%s: resuming an incomplete run (status %r)", stage, existing.status)
+        if is_main():
+            remove_temporaries(stage_dir)
     elif restart and stage_dir.exists() and is_main():
         log.info("%s: --restart: discarding %s", stage, stage_dir)
         shutil.rmtree(stage_dir)
@@ -98,6 +100,17 @@ def run_stage(recipe, stage: str, body: Callable[[StageContext], Path | str | No
     log.info("%s: complete → %s", stage, manifest_path)
     barrier()  # the other processes leave only once the main one has written everything
     return manifest
+
+
+def remove_temporaries(stage_dir: Path) -> None:
+    """Delete the ``.<name>.tmp`` files and folders a killed run left: atomic writes and saves
+    (data/jsonl.py, save_model_atomically) write there and rename, so none of them is ever read."""
+    for tmp in sorted(stage_dir.rglob(".*.tmp"), reverse=True):  # deepest first
+        log.info("removing %s, left by the interrupted run", tmp)
+        if tmp.is_dir():
+            shutil.rmtree(tmp)
+        else:
+            tmp.unlink(missing_ok=True)
 
 
 def model_ref(manifest: Manifest) -> str:

@@ -38,10 +38,12 @@ from stages.common import (
     merged,
     pick_device,
     processes_summary,
+    save_model_atomically,
     set_seed,
     world_size,
 )
-from stages.rl import checkpoint_step, last_complete_checkpoint, save_model_atomically, truncate_jsonl
+from stages.faults import trainer_faults
+from stages.rl import checkpoint_step, last_complete_checkpoint, truncate_jsonl
 
 log = logging.getLogger("r1")
 
@@ -137,7 +139,7 @@ def run_sft(ctx, cfg, *, rows: list[dict], model_ref: str, name: str = "checkpoi
         train_dataset=Dataset.from_list([{"messages": r["messages"]} for r in rows]),
         processing_class=tokenizer,
         peft_config=peft_config,
-        callbacks=[LossLog(metrics_path), *(callbacks or [])],
+        callbacks=[LossLog(metrics_path), *(callbacks or []), *trainer_faults()],
     )
     audit = RowAudit(trainer.data_collator)  # which rows this process trained on
     trainer.data_collator = audit

@@ -50,10 +50,9 @@ from data.datasets import load_rows
 from data.jsonl import read_jsonl, write_jsonl_atomic
 from data.rejection import DROP_REASONS, rejection_sample
 from data.templates import chat_user_message
-from eval.generate import make_sampler
 from eval.runner import prompt_builder
 from stages import rewards as R
-from stages.common import load_model_and_tokenizer, load_tokenizer, pick_device
+from stages.common import load_sampler, pick_device
 from stages.reward_model import RewardScorer, train_reward_model
 from stages.rl import reward_functions, run_rl
 from stages.runner import model_ref
@@ -139,14 +138,7 @@ def rejection_step(ctx, stage3_model: str) -> list[dict]:
         return read_jsonl(ctx.dir / "reasoning_sft.jsonl")
     rows, skipped, source = load_rows(cfg.prompts or recipe.data.train, recipe)
     m.add_input_data("rejection_prompts", source, rows_used=len(rows), skipped=skipped)
-    if cfg.backend == "vllm":
-        sampler = make_sampler("vllm", model_path=stage3_model, seed=recipe.seed,
-                               trust_remote_code=recipe.trust_remote_code)
-        tokenizer = load_tokenizer(stage3_model, trust_remote_code=recipe.trust_remote_code)
-    else:
-        model, tokenizer = load_model_and_tokenizer(stage3_model, device=pick_device(recipe.device),
-                                                    trust_remote_code=recipe.trust_remote_code)
-        sampler = make_sampler("transformers", model=model, tokenizer=tokenizer, batch_size=cfg.batch_size)
+    sampler, tokenizer = load_sampler(recipe, stage3_model, backend=cfg.backend, batch_size=cfg.batch_size)
     log.info("rejection sampling: %d prompts from %s × %d samples (T=%.2f), shards of %d prompts in %s",
              len(rows), source, cfg.samples_per_prompt, cfg.temperature, cfg.shard_size, out)
     kept, drops, stats = rejection_sample(sampler, rows, prompt_builder("chat", tokenizer), out, cfg,
@@ -271,9 +263,7 @@ def on_policy_pairs(recipe, policy: str, rows: list[dict], name: str, samples: i
 def sample_general(recipe, model_path: str, rows: list[dict], *, n: int, temperature: float, top_p: float,
                    desc: str) -> list[list[str]]:
     """``n`` answers of ``model_path`` to each general prompt, asked as a plain user turn."""
-    model, tok = load_model_and_tokenizer(model_path, device=pick_device(recipe.device),
-                                          trust_remote_code=recipe.trust_remote_code)
-    sampler = make_sampler("transformers", model=model, tokenizer=tok, batch_size=recipe.eval.batch_size)
+    sampler, tok = load_sampler(recipe, model_path, batch_size=recipe.eval.batch_size)
     prompts = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False,
                                        add_generation_prompt=True) for r in rows]
     answers = sampler(prompts, n=n, temperature=temperature, top_p=top_p, max_new_tokens=recipe.eval.max_new_tokens,

@@ -5,8 +5,8 @@ import errno
 import pytest
 
 from stages.cli import main
-from stages.common import check_model_ref
-from stages.rl import fit_prompts, save_model_atomically
+from stages.common import check_model_ref, save_model_atomically
+from stages.rl import fit_prompts
 
 
 class CharTokenizer:

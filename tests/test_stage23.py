@@ -14,8 +14,10 @@ import stages.stage2_cold_start
 import stages.stage3_reasoning_rl
 from data.jsonl import read_jsonl_tolerant
 from data.templates import is_readable_response
+from stages.common import load_tokenizer
 from stages.manifest import Manifest, ManifestError
 from stages.runner import run_stage
+from stages.sft import run_sft
 from tests.test_stage1 import recipe
 
 # A user cold-start set: stage 1 of a micro model rarely produces correct answers, and the user set
@@ -26,6 +28,8 @@ USER_ROWS = [{"id": f"u{a}{b}", "problem": f"What is {a} + {b}?", "answer": str(
 MICRO23 = [
     "stage2.sft.epochs=2", "stage2.sft.batch_size=4", "stage2.sft.learning_rate=3e-3", "stage2.sft.logging_steps=1",
     "stage2.sft.save_steps=2", "stage2.sft.max_length=128", "stage2.cold_start.max_samples=6",
+    "stage2.cold_start.sample={prompts: {source: task_world, split: train, limit: 8}, samples_per_prompt: 2, "
+    "max_new_tokens: 24, shard_size: 4, batch_size: 16}",
     "stage3.steps=2", "stage3.prompts_per_step=2", "stage3.num_generations=4", "stage3.max_completion_length=24",
     "stage3.save_steps=2", "stage3.sample_every=1",
 ]
@@ -59,7 +63,10 @@ def test_stage2_then_stage3(chain, tmp_path):
     assert m2.status == "complete" and m2.data["parent"]["stage"] == "stage1"
     cs = m2.data["metrics"]["cold_start"]
     assert cs["candidates_user"] == 8 and cs["kept"] == 6 and cs["dropped"]["over_cap"] >= 2  # max_samples 6
-    assert sum(cs["dropped"].values()) + cs["kept"] == cs["candidates_user"] + cs["candidates_stage1"]
+    assert sum(cs["dropped"].values()) + cs["kept"] == cs["candidates_user"] + cs["candidates_stage1"] + cs["candidates_sampled"]
+    sampling = m2.data["metrics"]["cold_start_sampling"]  # the stage-1 model sampled afresh: 8 prompts × 2
+    assert sampling["samples"] == 16 and sampling["kept"] == cs["candidates_sampled"]
+    assert len(list((d2 / "stage1_samples").glob("shard-*.jsonl"))) == 2
     rows = read_jsonl_tolerant(d2 / "cold_start.jsonl")
     assert len(rows) == 6 and all(is_readable_response(x["messages"][1]["content"]) for x in rows)
     # the *base* model was fine-tuned, not the stage-1 model
@@ -104,3 +111,22 @@ def test_stages_refuse_a_parent_of_the_wrong_stage(chain, tmp_path):
     assert Manifest.load(r.stage_dir("stage2")).status == "failed"
     with pytest.raises(ManifestError, match="stage2"):  # stage 3 without a stage-2 manifest
         run_stage(r, "stage3", stages.stage3_reasoning_rl.run, parent_stage="stage2")
+
+
+def test_a_tokenizer_without_a_chat_template_gets_chatml(chain, tmp_path):
+    """A base model whose tokenizer has no chat template: the SFT runner installs ChatML with
+    generation markers (assistant-only loss needs them) and saves it with the checkpoint."""
+    plain = tmp_path / "plain-base"
+    shutil.copytree(chain[0] / "tiny" / "base" / "checkpoint", plain)
+    config = json.loads((plain / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (plain / "tokenizer_config.json").write_text(json.dumps(config))
+    (plain / "chat_template.jinja").unlink(missing_ok=True)
+    assert load_tokenizer(str(plain)).chat_template is None
+    r = chain_recipe(chain, tmp_path, "plain")
+    rows = [{"messages": [{"role": "user", "content": "What is 2 + 3?"},
+                          {"role": "assistant", "content": "<think> 2+3=5 </think> The final answer is \\boxed{5}."}]}] * 8
+    m = run_stage(r, "stage2", lambda ctx: run_sft(ctx, r.stage2.sft, rows=rows, model_ref=str(plain)),
+                  parent_stage="stage1")
+    template = load_tokenizer(m.checkpoint).chat_template
+    assert m.status == "complete" and "<|im_start|>" in template and "{% generation %}" in template

@@ -5,7 +5,6 @@ A micro stage-3 model almost never answers correctly, so the rejection sampler's
 one that answers arithmetic prompts correctly (general prompts still go to the real model): this
 tests the stage's wiring; learning is measured by ``make stage4`` on the tiny default."""
 
-import re
 
 import pytest
 from transformers import TrainerCallback
@@ -18,6 +17,7 @@ from data.jsonl import read_jsonl
 from eval.report import build_report
 from stages.manifest import Manifest
 from stages.runner import run_stage
+from tests.oracle import oracle_load_sampler
 from tests.test_stage23 import chain, chain_recipe  # noqa: F401 (the module fixture)
 
 MICRO4 = [
@@ -38,7 +38,6 @@ MICRO4 = [
     "distill.control.steps=2", "distill.control.prompts_per_step=2", "distill.control.num_generations=4",
     "distill.control.max_completion_length=24", "distill.control.save_steps=1",
 ]
-ARITHMETIC = re.compile(r"What is (\d+(?: [+-] \d+)+)\?")
 
 
 class Interrupt(TrainerCallback):
@@ -48,28 +47,8 @@ class Interrupt(TrainerCallback):
 
 @pytest.fixture
 def oracle_sampler(monkeypatch):
-    """Arithmetic prompts answered correctly (twice the same, to exercise the duplicate filter)."""
-    real = stages.stage4_final.make_sampler
     calls = []
-
-    def make_sampler(backend, **kw):
-        inner = real(backend, **kw)
-
-        def sampler(prompts, *, n, **rest):
-            if not all(ARITHMETIC.search(p) for p in prompts):
-                return inner(prompts, n=n, **rest)
-            calls.append(len(prompts))
-            out = []
-            for p in prompts:
-                expr = ARITHMETIC.search(p).group(1)
-                value = sum(int(x) for x in expr.replace("- ", "-").replace("+ ", "").split())
-                text = f"<think> {expr} = {value}; answer {value} </think> The final answer is \\boxed{{{value}}}."
-                out.append([{"text": text, "num_tokens": 20, "truncated": False}] * n)
-            return out
-
-        return sampler
-
-    monkeypatch.setattr(stages.stage4_final, "make_sampler", make_sampler)
+    monkeypatch.setattr(stages.stage4_final, "load_sampler", oracle_load_sampler(stages.stage4_final.load_sampler, calls))
     return calls
 
 
