@@ -108,6 +108,16 @@ def merged(model):
     return model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
 
 
+def checkpointing(enabled: bool) -> dict:
+    """The TrainingArguments keyword for activation (gradient) checkpointing: transformers 5.2x calls it
+    ``activation_checkpointing`` (the old name a deprecated alias), the GPU set's 5.17 only
+    ``gradient_checkpointing``."""
+    from transformers import TrainingArguments
+
+    new = "activation_checkpointing" in TrainingArguments.__dataclass_fields__
+    return {"activation_checkpointing" if new else "gradient_checkpointing": enabled}
+
+
 def peak_rss_mb() -> float:
     """Peak resident memory of this process (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -35,6 +35,7 @@ from data.jsonl import read_jsonl_tolerant
 from data.templates import CHAT_TEMPLATE
 from stages.common import (
     barrier,
+    checkpointing,
     is_main,
     load_tokenizer,
     lora_config,
@@ -133,7 +134,7 @@ def train_reward_model(ctx, spec, *, pairs: Callable[[], list[dict]], init_ref: 
         output_dir=str(trainer_dir), max_steps=steps, learning_rate=spec.learning_rate,
         per_device_train_batch_size=spec.batch_size, max_length=spec.max_length, logging_steps=spec.logging_steps,
         lr_scheduler_type="cosine", warmup_steps=0.1, save_strategy="no", report_to="none", seed=recipe.seed,
-        bf16=bf16, fp16=False, use_cpu=device.type != "cuda", gradient_checkpointing=False,
+        bf16=bf16, fp16=False, use_cpu=device.type != "cuda", **checkpointing(False),
         dataloader_num_workers=0, center_rewards_coefficient=0.01,
     )
     trainer = RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(train_pairs),

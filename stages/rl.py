@@ -55,6 +55,7 @@ from eval.language import is_mixed
 from stages import rewards as R
 from stages.common import (
     barrier,
+    checkpointing,
     is_main,
     load_model_and_tokenizer,
     load_sampler,
@@ -407,7 +408,7 @@ def grpo_config(cfg, *, output_dir: Path, seed: int, device: torch.device, bf16:
         bf16=bf16,
         fp16=False,
         use_cpu=not cuda,
-        activation_checkpointing=cfg.gradient_checkpointing and cuda,  # transformers 5's name for it
+        **checkpointing(cfg.gradient_checkpointing and cuda),
         dataloader_num_workers=0,
         **vllm_kwargs,
     )

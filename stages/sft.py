@@ -32,6 +32,7 @@ from data.jsonl import append_jsonl, read_jsonl_tolerant
 from data.templates import CHAT_END, CHAT_TEMPLATE
 from stages.common import (
     barrier,
+    checkpointing,
     is_main,
     load_model_and_tokenizer,
     lora_config,
@@ -87,7 +88,7 @@ def sft_config(cfg, *, output_dir: Path, seed: int, device: torch.device, bf16: 
         bf16=bf16,
         fp16=False,
         use_cpu=not cuda,
-        activation_checkpointing=cfg.gradient_checkpointing and cuda,
+        **checkpointing(cfg.gradient_checkpointing and cuda),
         dataloader_num_workers=0,
     )
 
