@@ -6,8 +6,9 @@
 The parent is stage 1: its ``cold_start_candidates.jsonl`` (correct, well-formed completions it
 produced while training) is the raw material, plus, when ``stage2.cold_start.sample`` is set, the
 stage-1 model's answers sampled afresh on training prompts (R1-Zero template; sharded and resumable,
-``data/rejection.py``), plus the recipe's optional user set (``stage2.cold_start.user_dataset``). ``data/cold_start.py`` filters them (correct, single-language,
-readable, not degenerate, within length bounds, deduplicated, capped) and rewrites each into the
+``data/rejection.py``), plus the recipe's optional user set (``stage2.cold_start.user_dataset``).
+``data/cold_start.py`` filters them (correct, single-language, readable, not degenerate, within
+length bounds, deduplicated, capped) and rewrites each into the
 readable pattern: ``<think>`` reasoning ``</think>`` then a summary with the boxed answer. The model
 fine-tuned is the **base** model that stage 1 started from (found through stage 1's manifest), as in
 the paper, not the stage-1 model.

@@ -189,12 +189,17 @@ def test_stage3(chain3, tmp_path, fault):
     assert logged_steps(root / "stage3" / "metrics.jsonl") == [1, 2]
 
 
+def completed(root: Path, stage: str) -> Path:
+    """``root`` after running ``stage`` of its chain to completion through the CLI."""
+    done = run(cli(stage, root, "tiny"))
+    assert done.returncode == 0, tail(done)
+    return root
+
+
 @pytest.fixture(scope="module")
 def chain4(chain3):
-    """... and stage 3 (through the CLI)."""
-    done = run(cli("stage3", chain3, "tiny"))
-    assert done.returncode == 0, tail(done)
-    return chain3
+    """... and stage 3."""
+    return completed(chain3, "stage3")
 
 
 @pytest.mark.parametrize("fault", [
@@ -221,9 +226,8 @@ def test_stage4(chain4, tmp_path, fault):
 
 @pytest.fixture(scope="module")
 def chain5(chain4):
-    done = run(cli("stage4", chain4, "tiny"))
-    assert done.returncode == 0, tail(done)
-    return chain4
+    """... and stage 4."""
+    return completed(chain4, "stage4")
 
 
 @pytest.mark.parametrize("stage,fault", [
