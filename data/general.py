@@ -42,9 +42,10 @@ Reward-model pairs (TRL RewardTrainer's conversational format, ``chosen``/``reje
 
 The judges (:func:`is_refusal`, :func:`is_harmful_response`, :func:`is_helpful_response`) are rules,
 used to measure the models, never as a reward; stage 4 also uses them the way human raters label
-answers, to build reward-model pairs from the SFT model's own answers (``on_policy_prompts``). Deviations from the paper: procedural tasks
-instead of DeepSeek-V3's SFT data and real preference data; reward-model pairs built from references
-and rule-made bad answers instead of human or model judgements.
+answers, to build reward-model pairs from the SFT model's own answers (``on_policy_prompts``).
+Deviations from the paper: procedural tasks instead of DeepSeek-V3's SFT data and real preference
+data; reward-model pairs built from references and rule-made bad answers instead of human or model
+judgements.
 """
 
 from __future__ import annotations

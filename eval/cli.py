@@ -15,9 +15,8 @@ from data.datasets import load_rows
 from data.jsonl import atomic_write_json
 from eval.benchmarks import load_benchmark
 from eval.budget import budget_sampler
-from eval.generate import make_sampler
 from eval.runner import evaluate_rows
-from stages.common import load_model_and_tokenizer, load_tokenizer, pick_device
+from stages.common import load_sampler
 from stages.manifest import MANIFEST_NAME, Manifest, now
 from stages.recipe import load_recipe
 
@@ -80,14 +79,7 @@ def run_eval(args) -> int:
     rows_by_bench = {b: benchmark_rows(b, recipe, args.limit or (cfg.benchmark_limit if b != "task" else None),
                                        data_dir) for b in benches}  # load all first: fail before the model
 
-    if cfg.backend == "vllm":
-        model = None
-        tokenizer = load_tokenizer(ref, trust_remote_code=recipe.trust_remote_code)
-    else:
-        model, tokenizer = load_model_and_tokenizer(ref, device=pick_device(recipe.device),
-                                                    trust_remote_code=recipe.trust_remote_code)
-    sampler = make_sampler(cfg.backend, model=model, tokenizer=tokenizer, model_path=ref, seed=recipe.seed,
-                           batch_size=cfg.batch_size, trust_remote_code=recipe.trust_remote_code)
+    sampler, tokenizer = load_sampler(recipe, ref, backend=cfg.backend, batch_size=cfg.batch_size)
     if args.think_budget:
         sampler = budget_sampler(sampler, tokenizer, think_budget=args.think_budget, min_think=args.min_think,
                                  template=cfg.prompt_template)

@@ -20,9 +20,8 @@ from data.datasets import load_rows  # noqa: E402
 from data.jsonl import atomic_write_json  # noqa: E402
 from eval.budget import budget_sampler  # noqa: E402
 from eval.cli import template_for  # noqa: E402
-from eval.generate import make_sampler  # noqa: E402
 from eval.runner import evaluate_rows  # noqa: E402
-from stages.common import load_model_and_tokenizer, pick_device  # noqa: E402
+from stages.common import load_sampler  # noqa: E402
 from stages.recipe import load_recipe  # noqa: E402
 
 
@@ -40,9 +39,7 @@ def main() -> int:
     cfg = recipe.eval
     cfg.prompt_template = template_for(args.model, cfg.prompt_template)
     rows = load_rows(recipe.data.test, recipe)[0][: args.limit]
-    model, tok = load_model_and_tokenizer(args.model, device=pick_device(recipe.device),
-                                          trust_remote_code=recipe.trust_remote_code)
-    inner = make_sampler("transformers", model=model, tokenizer=tok, batch_size=cfg.batch_size)
+    inner, tok = load_sampler(recipe, args.model, batch_size=cfg.batch_size)
     points = []
     for budget in (int(b) for b in args.budgets.split(",")):
         sampler = budget_sampler(inner, tok, think_budget=budget, min_think=min(args.min_think, budget),

@@ -77,19 +77,27 @@ def _divisors_hint(total: int, by: int) -> str:
     return f"{lower} or {upper}" if lower > 0 else f"{upper}"
 
 
-def rl_lines(name: str, cfg, launch) -> list[str]:
-    """The plan of one GRPO section; raises PlanError when TRL could not split its batch."""
-    procs = launch.processes
+def rl_micro_batch(name: str, cfg, processes: int) -> int:
+    """Completions per process and micro-step of a GRPO section run on ``processes`` processes; raises
+    PlanError when TRL could not split the step's completions that way. The dry run and the stage
+    itself (``stages.rl.grpo_config``) both check here."""
     completions = cfg.prompts_per_step * cfg.num_generations
-    split = cfg.gradient_accumulation_steps * procs
+    split = cfg.gradient_accumulation_steps * processes
     if completions % split:
         raise PlanError(
             f"{name}: prompts_per_step × num_generations = {cfg.prompts_per_step} × {cfg.num_generations} = "
             f"{completions} completions per step must be divisible by gradient_accumulation_steps × processes = "
-            f"{cfg.gradient_accumulation_steps} × {procs} = {split}: make the completions per step "
+            f"{cfg.gradient_accumulation_steps} × {processes} = {split}: make the completions per step "
             f"{_divisors_hint(completions, split)} (e.g. change prompts_per_step), or change "
             f"gradient_accumulation_steps or the process count (launch.processes_per_node × launch.nodes)")
-    micro = completions // split
+    return completions // split
+
+
+def rl_lines(name: str, cfg, launch) -> list[str]:
+    """The plan of one GRPO section; raises PlanError when TRL could not split its batch."""
+    procs = launch.processes
+    micro = rl_micro_batch(name, cfg, procs)
+    completions = cfg.prompts_per_step * cfg.num_generations
     return [
         f"{name}: GRPO, {cfg.steps} steps × {cfg.prompts_per_step} prompts × {cfg.num_generations} samples "
         f"= {completions} completions per step ({cfg.steps * completions:,} in all), loss {cfg.loss_type}, "
@@ -142,8 +150,10 @@ def plan(recipe, stage: str) -> list[str]:
                          f"{mem.total / GB:.1f} GB of {launch.gpu_memory_gb:g} GB ({fits}; activations not counted)")
             if kind == "rl" and cfg.use_vllm and cfg.vllm_mode == "colocate":
                 lines.append(f"  + vLLM colocated: {cfg.vllm_gpu_memory_utilization:.0%} of each accelerator reserved")
-    if stage == "stage4":
-        rej = recipe.stage4.rejection
-        lines.append(f"stage4.rejection: {rej.samples_per_prompt} samples per prompt (≤ {rej.max_new_tokens} tokens), "
+    sampling = {"stage2": ("stage2.cold_start.sample", recipe.stage2.cold_start.sample),
+                "stage4": ("stage4.rejection", recipe.stage4.rejection)}.get(stage)
+    if sampling and sampling[1] is not None:
+        name, rej = sampling
+        lines.append(f"{name}: {rej.samples_per_prompt} samples per prompt (≤ {rej.max_new_tokens} tokens), "
                      f"shards of {rej.shard_size} prompts, {rej.backend}")
     return lines

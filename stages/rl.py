@@ -69,6 +69,7 @@ from stages.common import (
     world_size,
 )
 from stages.faults import fault_point, trainer_faults
+from stages.plan import rl_micro_batch
 
 log = logging.getLogger("r1")
 
@@ -351,15 +352,12 @@ def resolve_device(recipe, cfg) -> tuple[torch.device, bool]:
     return device, bf16
 
 
-def grpo_config(cfg, *, output_dir: Path, seed: int, device: torch.device, bf16: bool, reward_weights: list[float]):
-    """TRL's GRPOConfig for an RLConfig section."""
+def grpo_config(cfg, *, output_dir: Path, seed: int, device: torch.device, bf16: bool, reward_weights: list[float],
+                section: str = "rl"):
+    """TRL's GRPOConfig for an RLConfig section (``section`` names it in errors)."""
     from trl import GRPOConfig
 
-    world = world_size()
-    completions_per_step = cfg.prompts_per_step * cfg.num_generations
-    if completions_per_step % (cfg.gradient_accumulation_steps * world):
-        raise ValueError(f"prompts_per_step × num_generations ({completions_per_step}) must be divisible by "
-                         f"gradient_accumulation_steps × processes ({cfg.gradient_accumulation_steps} × {world})")
+    micro = rl_micro_batch(section, cfg, world_size())  # PlanError, with the numbers to change, if TRL cannot split
     cuda = device.type == "cuda"
     vllm_kwargs = {}
     if cfg.use_vllm:
@@ -376,7 +374,7 @@ def grpo_config(cfg, *, output_dir: Path, seed: int, device: torch.device, bf16:
         lr_scheduler_type=cfg.lr_scheduler_type,
         weight_decay=cfg.weight_decay,
         max_grad_norm=cfg.max_grad_norm,
-        per_device_train_batch_size=completions_per_step // (cfg.gradient_accumulation_steps * world),
+        per_device_train_batch_size=micro,
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         # GRPO
         num_generations=cfg.num_generations,
@@ -558,7 +556,7 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
             model, global_step = trained_weights(model, resume_from), from_step
         else:
             args = grpo_config(cfg, output_dir=trainer_dir, seed=seed, device=device, bf16=bf16,
-                               reward_weights=weights)
+                               reward_weights=weights, section=ctx.stage)
             trainer = GRPOTrainer(
                 model=model,
                 reward_funcs=[recorder.wrap(n, f) for n, f in zip(names, funcs, strict=True)],

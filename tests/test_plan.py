@@ -2,10 +2,12 @@
 fail with the numbers to change; the memory accounting follows the sharding."""
 
 import pytest
+import torch
 
 from stages.cli import STAGES, main
 from stages.plan import GB, PlanError, memory_per_device, parameters, plan
 from stages.recipe import RECIPES_DIR, load_recipe
+from stages.rl import grpo_config
 
 REAL = sorted(p.parent.name for p in RECIPES_DIR.glob("*/recipe.yaml") if p.parent.name != "tiny")
 
@@ -19,6 +21,9 @@ def test_every_real_recipe_plans_every_stage(name):
         if stage not in ("base",):
             assert any("memory per process" in line for line in lines), (stage, lines)
             assert not any("DOES NOT FIT" in line for line in lines), (stage, lines)
+    samples = r.stage2.cold_start.sample is not None  # the stages that sample say how
+    assert any(line.startswith("stage2.cold_start.sample:") for line in plan(r, "stage2")) == samples
+    assert any(line.startswith("stage4.rejection:") for line in plan(r, "stage4"))
 
 
 def test_a_batch_that_cannot_be_split_names_the_numbers():
@@ -26,6 +31,14 @@ def test_a_batch_that_cannot_be_split_names_the_numbers():
     with pytest.raises(PlanError, match=r"64 × 8 = 512 completions .* 8 × 6 = 48: make the completions per step 480 or 528"):
         plan(r, "stage1")
     assert main(["stage1", "--recipe", "qwen2.5-math-7b", "--set", "launch.processes_per_node=6", "--dry-run"]) == 2
+
+
+def test_the_stage_checks_its_batch_like_the_dry_run(monkeypatch, tmp_path):
+    monkeypatch.setenv("WORLD_SIZE", "6")  # six processes launched, whatever the recipe's launch says
+    r = load_recipe("qwen2.5-math-7b", [])
+    with pytest.raises(PlanError, match=r"stage1: .* 8 × 6 = 48: make the completions per step 480 or 528"):
+        grpo_config(r.stage1, output_dir=tmp_path, seed=0, device=torch.device("cpu"), bf16=False,
+                    reward_weights=[1.0, 1.0], section="stage1")
 
 
 def test_memory_follows_the_sharding():
