@@ -135,7 +135,8 @@ class PretrainConfig:
     # eager attention + bf16 autocast was 1.6x faster than sdpa fp32 here (scripts/bench_pretrain_step.py);
     # the saved checkpoint keeps the default (sdpa) for every later stage
     attn_implementation: Literal["sdpa", "eager"] = "eager"
-    batching: Literal["by_type", "by_length", "random"] = "by_type"  # see stages/base.py make_batches
+    batching: Literal["packed", "by_type", "by_length", "random"] = "packed"  # see stages/base.py make_batches
+    pack_length: int = 256  # tokens per packed row (batching: packed)
     log_every: int = 25
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from data.templates import r1_zero_prompt
-from stages.base import pretrain_tiny, run
+from stages.base import _batch, _packed_batch, build_tiny_model, pretrain_tiny, run
 from stages.common import load_tokenizer
 from stages.manifest import Manifest
 from stages.recipe import load_recipe
@@ -30,6 +30,40 @@ def test_pretraining_is_deterministic_under_seed():
     assert a[2]["loss_curve"] == b[2]["loss_curve"]
     for pa, pb in zip(a[0].parameters(), b[0].parameters(), strict=True):
         assert torch.equal(pa, pb)
+
+
+def test_packed_rows_give_each_document_the_logits_it_has_alone():
+    """Packing must not let documents see each other: every document's logits in a packed row equal
+    its logits in a padded row of its own (positions restart, the mask is block-diagonal)."""
+    torch.manual_seed(0)
+    recipe = load_recipe("tiny", SMALL)
+    model = build_tiny_model(recipe.base.architecture, vocab_size=60, eos_id=0).eval()
+    model.set_attn_implementation(recipe.base.pretrain.attn_implementation)
+    gen = torch.Generator().manual_seed(1)
+    docs = [(torch.randint(1, 60, (int(n),), generator=gen).tolist(), torch.randint(1, 60, (int(m),), generator=gen).tolist())
+            for n, m in torch.randint(2, 20, (9, 2), generator=gen)]
+    packed = _packed_batch(docs, pad_id=0, length=48)
+    assert packed["input_ids"].shape[0] < len(docs)  # documents do share rows
+    with torch.no_grad():
+        logits = model(**{k: v for k, v in packed.items() if k != "labels"}).logits      # (R, W, V)
+    starts = (packed["position_ids"] == 0).nonzero().tolist()                          # (row, col) per segment
+    seen = 0
+    for row, col in starts:
+        n = 0
+        while col + n < packed["input_ids"].shape[1] and (n == 0 or packed["position_ids"][row, col + n] == n):
+            n += 1
+        ids = packed["input_ids"][row, col : col + n]
+        match = [d for d in docs if torch.equal(torch.tensor(d[0] + d[1]), ids)]
+        if not match:
+            continue  # the padding at a row's end
+        seen += 1
+        alone = _batch([match[0]], pad_id=0)
+        with torch.no_grad():
+            ref = model(input_ids=alone["input_ids"], attention_mask=alone["attention_mask"]).logits[0, :n]
+        torch.testing.assert_close(logits[row, col : col + n], ref, atol=1e-5, rtol=1e-4)
+    assert seen == len(docs)
+    # and the loss sees the same completion tokens
+    assert (packed["labels"] != -100).sum() == _batch(docs, pad_id=0)["labels"].ne(-100).sum()
 
 
 def test_base_stage_writes_a_complete_manifest_with_probe(small_base):
