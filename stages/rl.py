@@ -353,7 +353,7 @@ def resolve_device(recipe, cfg) -> tuple[torch.device, bool]:
 
 
 def grpo_config(cfg, *, output_dir: Path, seed: int, device: torch.device, bf16: bool, reward_weights: list[float],
-                section: str = "rl"):
+                section: str):
     """TRL's GRPOConfig for an RLConfig section (``section`` names it in errors)."""
     from trl import GRPOConfig
 
