@@ -99,6 +99,8 @@ TRANSCRIPT_CHAT_TEMPLATE = (
 # -- Reading a completion in the R1 format ---------------------------------------------------------
 
 _WELL_FORMED = re.compile(r"^\s*<think>(?P<think>.*?)</think>\s*<answer>(?P<answer>.*?)</answer>\s*$", re.S)
+_BOX_RE = re.compile(r"\\(?:boxed|fbox|framebox)\s*\{")
+_BRACE_RE = re.compile(r"\\[{}]|[{}]")
 
 
 def think_text(completion: str) -> str | None:
@@ -112,11 +114,38 @@ def think_text(completion: str) -> str | None:
     return body if end < 0 else body[:end]
 
 
+def boxes(text: str) -> list[tuple[int, int, int]]:
+    """Every *balanced* ``\\boxed{…}`` (also ``\\fbox``, ``\\framebox``) in ``text``, in order, as
+    (start of the command, start of the content, end of the content). Escaped braces ``\\{``/``\\}``
+    do not count; an unclosed box is left out. Linear in ``len(text)``."""
+    starts = list(_BOX_RE.finditer(text))
+    if not starts:
+        return []
+    stack: list[int] = []
+    pairs: dict[int, int] = {}  # index of every balanced "{" -> index of its "}"
+    for m in _BRACE_RE.finditer(text):
+        if m.group() == "{":
+            stack.append(m.start())
+        elif m.group() == "}" and stack:
+            pairs[stack.pop()] = m.start()
+    return [(m.start(), m.end(), pairs[m.end() - 1]) for m in starts if m.end() - 1 in pairs]
+
+
+def has_content(text: str) -> bool:
+    """Whether an answer region says something: not blank, and when it boxes its answer, the last
+    balanced box is not blank (``\\boxed{}`` or ``\\boxed{ }`` is no answer)."""
+    found = boxes(text)
+    if found:
+        _, start, end = found[-1]
+        return bool(text[start:end].strip())
+    return bool(text.strip())
+
+
 def is_well_formed(completion: str) -> bool:
-    """Exactly one non-empty <think>…</think> followed by one non-empty <answer>…</answer>, and
-    nothing else around them (the R1-Zero format the format reward asks for)."""
+    """Exactly one non-empty <think>…</think> followed by one <answer>…</answer> with content (not
+    blank, and not an empty box), and nothing else around them (the format the R1-Zero reward asks for)."""
     m = _WELL_FORMED.match(completion)
-    if not m or not m["think"].strip() or not m["answer"].strip():
+    if not m or not m["think"].strip() or not has_content(m["answer"]):
         return False
     return all(completion.count(tag) == 1 for tag in TAGS)
 
@@ -126,9 +155,9 @@ _READABLE = re.compile(r"^\s*<think>(?P<think>.*?)</think>(?P<summary>.*)$", re.
 
 def is_readable_response(completion: str) -> bool:
     """Stages 2-4's pattern (:func:`r1_response`): exactly one non-empty think block, then a summary
-    that holds a ``\\boxed{…}`` final answer and no other tags."""
+    that holds a balanced, non-empty ``\\boxed{…}`` final answer and no other tags."""
     m = _READABLE.match(completion)
-    if not m or not m["think"].strip() or "\\boxed{" not in m["summary"]:
+    if not m or not m["think"].strip() or not boxes(m["summary"]) or not has_content(m["summary"]):
         return False
     return completion.count(THINK_OPEN) == 1 and completion.count(THINK_CLOSE) == 1 and not any(
         tag in completion for tag in (ANSWER_OPEN, ANSWER_CLOSE))

@@ -11,9 +11,10 @@ perturbed: n → n+1, else ``G + 1``). Then, in one run:
 
 and prints answers/s, the ratio, and agreement with the intended labels. Finally it times single
 ``grade`` calls on adversarial inputs (exponent towers, 5,000-digit numbers, 300-deep parentheses,
-unbalanced braces) as the response and as the gold, and reports the worst wall time.
+unbalanced braces, runs of 100k spaces, digits or boxes) as the response, against a number gold and
+a symbolic one, and as the gold, and reports the worst wall time.
 
-Usage: ``python scripts/bench_verify.py [--data-dir DIR] [--pairs 2000] [--timeout 5]``
+Usage: ``python scripts/bench_verify.py [--data-dir DIR] [--pairs 2000] [--timeout 4]``
 """
 
 from __future__ import annotations
@@ -43,6 +44,15 @@ ADVERSARIAL = {
     "300-deep braces": "{" * 300 + "1" + "}" * 300,
     "unbalanced braces": "\\frac{1}{2" + "{" * 50,
     "unbalanced box": "\\boxed{\\frac{1}{2" + "}" * 100,
+    # degenerate samples: long runs that once met quadratic patterns before any time bound
+    "1 + 100k spaces + x2": "1" + " " * 100_000 + "x2",
+    "100k newlines": "1" + "\n" * 100_000 + "2",
+    "100k digits": "9" * 100_000,
+    "50k spaced digits": "1 " * 50_000,
+    "20k nested boxes": "\\boxed{" * 20_000 + "1" + "}" * 20_000,
+    "50k unclosed boxes": "\\boxed{" * 50_000,
+    "20k \\text{a}": "\\text{a}" * 20_000,
+    "30k 'or'": "1 or " * 30_000,
 }
 
 
@@ -79,7 +89,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", type=Path, default=default_data_dir())
     parser.add_argument("--pairs", type=int, default=2000)
-    parser.add_argument("--timeout", type=float, default=5.0)
+    parser.add_argument("--timeout", type=float, default=verify.DEFAULT_TIMEOUT_S)
     args = parser.parse_args()
 
     golds = [row["answer"] for row in load_benchmark("math500", data_dir=args.data_dir)]
@@ -137,6 +147,8 @@ def main() -> int:
         for response, gold in (
             (f"<answer>{text}</answer>", "5"),
             (f"\\boxed{{{text}}}", "5"),
+            (f"<answer>{text}</answer>", "x + 1"),
+            (f"\\boxed{{{text}}}", "2\\sqrt{2}"),
             ("<answer>5</answer>", text),
         ):
             start = time.perf_counter()
@@ -144,7 +156,7 @@ def main() -> int:
             times.append(time.perf_counter() - start)
             assert not result.correct
         worst = max(worst, *times)
-        print(f"  {name:22s} max {max(times):5.2f} s  ({result.reason} as gold)")
+        print(f"  {name:22s} max {max(times):5.2f} s  ({result.reason} as gold)", flush=True)
     print(f"worst wall time of one call: {worst:.2f} s (bound: timeout {args.timeout} s + worker restart)")
     return 0
 

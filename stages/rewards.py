@@ -9,12 +9,15 @@ repeats each row ``num_generations`` times); TRL also passes ``prompts``, ``comp
 ``None`` means "does not apply": TRL leaves it out of that function's mean and of the baseline
 when every function returns None for a completion.
 
-- :func:`format_reward`:   1.0 for ``<think>…</think> <answer>…</answer>`` and nothing else, else 0.0.
-- :func:`summary_format_reward`: 1.0 for the readable pattern of stages 2-4, one ``<think>…</think>``
-  then a summary that boxes the final answer (``data.templates.is_readable_response``), else 0.0.
+- :func:`format_reward`:   1.0 for ``<think>…</think> <answer>…</answer>`` and nothing else, both with
+  content (a blank think block, a blank answer or an empty ``\\boxed{}`` earn 0.0), else 0.0.
+- :func:`summary_format_reward`: 1.0 for the readable pattern of stages 2-4, one non-blank
+  ``<think>…</think>`` then a summary that boxes a non-empty final answer
+  (``data.templates.is_readable_response``), else 0.0.
 - :func:`accuracy_reward`: routed per row by the ``verifier`` column. ``math`` (default): 1.0/0.0 from
-  ``eval.verify.grade_batch`` (the evaluation's own grader, so training and evaluation cannot drift
-  apart); None when the gold itself cannot be parsed. ``code``: the fraction of the row's ``tests``
+  ``eval.verify.grade_batch`` (the evaluation's own grader and answer policy, so training and
+  evaluation cannot drift apart: echoed arithmetic, prose around a number and split digits earn 0;
+  ``tests/test_reward_hacking.py``); None when the gold itself cannot be parsed. ``code``: the fraction of the row's ``tests``
   that the code in the answer region passes in ``eval.sandbox``; None on a sandbox failure.
   Both "None" cases are counted in :data:`STATS` (and logged through ``log_metric``), never
   silently scored as wrong.
@@ -87,12 +90,12 @@ def _column(kwargs: dict, name: str, n: int, default=None) -> list:
 
 
 def format_reward(completions: Sequence, **kwargs) -> list[float]:
-    """1.0 when the completion is exactly one non-empty think block then one non-empty answer block."""
+    """1.0 when the completion is exactly one non-blank think block then one answer block with content."""
     return [1.0 if is_well_formed(completion_text(c)) else 0.0 for c in completions]
 
 
 def summary_format_reward(completions: Sequence, **kwargs) -> list[float]:
-    """1.0 when the completion is one non-empty think block then a summary with a boxed answer."""
+    """1.0 when the completion is one non-blank think block then a summary with a non-empty boxed answer."""
     return [1.0 if is_readable_response(completion_text(c)) else 0.0 for c in completions]
 
 

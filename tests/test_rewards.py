@@ -12,6 +12,7 @@ from stages.rewards import (
     language_consistency_reward,
     make_language_reward,
     make_overlong_penalty,
+    summary_format_reward,
 )
 
 
@@ -33,10 +34,30 @@ GOOD = " <think> 7+9=16, write 6 carry 1 </think> <answer> 936 </answer>"
     ("text after answer", GOOD + " and more", 0.0),
     ("unclosed think", " <think> 7+9=16", 0.0),
     ("plain text", "The answer is 936.", 0.0),
+    ("boxed answer", " <think> a </think> <answer> \\boxed{936} </answer>", 1.0),
+    ("empty box", " <think> a </think> <answer> \\boxed{} </answer>", 0.0),
+    ("blank box", " <think> a </think> <answer> \\boxed{ } </answer>", 0.0),
+    ("whitespace think", " <think> \n\t </think> <answer> 936 </answer>", 0.0),
+    ("no answer block content", " <think> a </think> <answer>\n</answer>", 0.0),
 ])
 def test_format_reward(name, completion, expected):
     assert format_reward([completion]) == [expected]
     assert format_reward([chat(completion)]) == [expected]
+
+
+@pytest.mark.parametrize("name, completion, expected", [
+    ("readable", "<think> 7+9=16 </think> The final answer is \\boxed{936}.", 1.0),
+    ("empty box", "<think> 7+9=16 </think> The final answer is \\boxed{}.", 0.0),
+    ("blank box", "<think> 7+9=16 </think> The final answer is \\boxed{  }.", 0.0),
+    ("unclosed box", "<think> 7+9=16 </think> The final answer is \\boxed{936.", 0.0),
+    ("box only in the think block", "<think> \\boxed{936} </think> The final answer is 936.", 0.0),
+    ("whitespace think", "<think>  </think> The final answer is \\boxed{936}.", 0.0),
+    ("no think", "The final answer is \\boxed{936}.", 0.0),
+    ("answer tags", "<think> a </think> <answer> \\boxed{936} </answer>", 0.0),
+])
+def test_summary_format_reward(name, completion, expected):
+    assert summary_format_reward([completion]) == [expected]
+    assert summary_format_reward([chat(completion)]) == [expected]
 
 
 @pytest.mark.parametrize("name, completion, gold, expected", [
