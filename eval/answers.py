@@ -16,6 +16,7 @@ with math-verify into the grading policy; read its docstring for the policy as a
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -55,21 +56,31 @@ _PREFIX_RE = re.compile(
 _DELIMITERS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"), ("**", "**"))
 _UNESCAPED_DOLLAR = re.compile(r"(?<!\\)\$")
 _HEDGE_RE = re.compile(r"\bor\b|and\s?/\s?or|\\lor\b|\\vee\b|或|还是", re.IGNORECASE)
+# What may stand between two boxes that offer alternatives: "\boxed{5} or \boxed{6}", "\boxed{5},
+# \boxed{6}", "\boxed{5} oder \boxed{6}".
+_BETWEEN_BOXES_HEDGE_RE = re.compile(
+    r"[\s,;/]*(?:\bor\b|and\s?/\s?or|\boder\b|\bou\b|\bo\b|\bили\b|या|または|或者?|还是|\\text\s*\{\s*or\s*\})?[\s,;/]*\$?",
+    re.IGNORECASE,
+)
+# A sign-off some prompt templates teach ("… is $5$. I hope it is correct.").
+_SIGN_OFF = "i hope it is correct"
 
 
 def _answer_region(response: str) -> str:
-    end = response.rfind("</answer>")
+    think = response.rfind("</think>")
+    after = think + len("</think>") if think != -1 else 0  # an <answer> inside the thinking is no answer
+    end = response.rfind("</answer>", after)
     if end != -1:
-        start = response.rfind("<answer>", 0, end)
+        start = response.rfind("<answer>", after, end)
         if start != -1:
             return response[start + len("<answer>") : end]
-    think = response.rfind("</think>")
-    region = response[think + len("</think>") :] if think != -1 else response
-    return region.replace("<answer>", " ").replace("</answer>", " ")
+    return response[after:].replace("<answer>", " ").replace("</answer>", " ")
 
 
 def _trim(text: str) -> str:
     s = text.strip()
+    if s.rstrip(".").lower().endswith(_SIGN_OFF):
+        s = s.rstrip(".")[: -len(_SIGN_OFF)].strip()
     for _ in range(2):  # "Final answer: The final answer is 12"
         s = _PREFIX_RE.sub("", s, count=1).strip()
     s = s.rstrip(" \t\n.。").strip()
@@ -84,7 +95,8 @@ def _trim(text: str) -> str:
 
 
 def extract(response: str) -> tuple[str | None, bool]:
-    """The answer (see :func:`extract_answer`) and whether the last two boxes were joined by "or"."""
+    """The answer (see :func:`extract_answer`) and whether the last two boxes are offered as
+    alternatives (nothing but "or", a comma or a space between them)."""
     if not isinstance(response, str):
         return None, False
     region = _answer_region(response)
@@ -95,7 +107,7 @@ def extract(response: str) -> tuple[str | None, bool]:
         answer = region[content_start:content_end]
         if len(found) > 1:
             between = region[found[-2][2] + 1 : start]
-            boxed_hedge = len(between) < 40 and bool(_HEDGE_RE.search(between))
+            boxed_hedge = len(between) < 40 and bool(_BETWEEN_BOXES_HEDGE_RE.fullmatch(between))
     else:
         answer = region
     answer = _trim(answer)
@@ -105,13 +117,14 @@ def extract(response: str) -> tuple[str | None, bool]:
 def extract_answer(response: str) -> str | None:
     """The final answer of a response, or None.
 
-    1. Answer region: the content of the last complete ``<answer>…</answer>`` block; otherwise the text
-       after the last ``</think>``; otherwise the whole response. Stray ``<answer>``/``</answer>`` tags
-       left in the region (a truncated ``<answer>12``) are removed.
+    1. Answer region: the text after the last ``</think>`` (the whole response if there is none); in
+       it, the content of the last complete ``<answer>…</answer>`` block if there is one. Stray
+       ``<answer>``/``</answer>`` tags left in the region (a truncated ``<answer>12``) are removed.
     2. In the region: the content of the last *balanced* ``\\boxed{…}`` (``\\fbox``, ``\\framebox``
        too; an unclosed box is skipped). Without one, the region itself.
-    3. Trimming: surrounding whitespace; a leading "The final answer is" / "The answer is" / "Answer:"
-       / "Final answer:" / "答案是"; trailing ``.``/``。``; one pair of surrounding ``$…$``,
+    3. Trimming: surrounding whitespace; a trailing "I hope it is correct."; a leading "The final
+       answer is" / "The answer is" / "Answer:" / "Final answer:" / "答案是"; trailing ``.``/``。``;
+       one pair of surrounding ``$…$``,
        ``$$…$$``, ``\\(…\\)``, ``\\[…\\]`` or ``**…**``.
     4. Empty after trimming (an empty box included) → None.
     """
@@ -122,32 +135,53 @@ def extract_answer(response: str) -> str | None:
 # Normalisation
 # --------------------------------------------------------------------------------------------
 
-_THOUSANDS_RES = (
-    re.compile(r"(?<=\d),\\! ?(?=\d{3}(?!\d))"),  # 11,\! 111
-    re.compile(r"(?<=\d)\{,\}(?=\d{3}(?!\d))"),  # 1{,}000
-    re.compile(r"(?<=\d)\\[,;: ] ?(?=\d{3}(?!\d))"),  # 1\,000
-)
+# A thousands-separated integer written with LaTeX separators ("11,\! 111", "1{,}000", "1\,000"): a
+# first group of 1-3 digits that does not start with 0 ("0{,}936" is no thousands number), then
+# groups of three.
+_SEP = r"(?:,\\!|\{,\}|\\[,;: ]) ?"
+_THOUSANDS_RE = re.compile(rf"(?<![\d.])[1-9]\d{{0,2}}(?:{_SEP}\d{{3}})+(?!\d)")
 _SPACING_RE = re.compile(r"(?<!\\)\\[,;: ]|~|\\quad\b|\\qquad\b")
 _WS_RE = re.compile(r"\s+")
+_DELIMITER_SIZE_RE = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr)(?:\.|\b)")
+_SQRT_RE = re.compile(r"√ ?(\d+)")
+_REPLACEMENTS = (("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\!", ""), ("−", "-"), ("∞", "\\infty"),
+                 ("\\textdegree", "^\\circ"), ("℃", "°C"), ("℉", "°F"), ("\\textdollar", "\\$"))
+
+
+def _outer_braces_removed(s: str) -> str:
+    """``{936}`` → ``936`` (one pair of braces around the whole answer adds nothing)."""
+    if s.startswith("{") and s.endswith("}"):
+        depth = 0
+        for i, ch in enumerate(s):
+            depth += ch == "{"
+            depth -= ch == "}"
+            if depth == 0 and i < len(s) - 1:
+                return s
+        return s[1:-1].strip()
+    return s
 
 
 def normalize(answer: str) -> str:
-    """Whitespace runs → one space; thin-space/brace thousands separators (``11,\\! 111``,
-    ``1{,}000``, ``1\\,000``) removed; other spacing commands → a space; ``\\!`` dropped;
-    ``\\dfrac``/``\\tfrac`` → ``\\frac``; ``−`` → ``-``; trailing ``.,;`` stripped."""
+    """Whitespace runs → one space; LaTeX thousands separators (``11,\\! 111``, ``1{,}000``,
+    ``1\\,000``) removed; other spacing commands → a space; ``\\left``/``\\right`` dropped;
+    ``\\dfrac``/``\\tfrac`` → ``\\frac``; ``−`` → ``-``; ``∞`` → ``\\infty``; ``√2`` → ``\\sqrt{2}``;
+    a leading ``\\therefore`` and one pair of braces around everything dropped; trailing ``.,;``
+    stripped. Linear."""
     s = _WS_RE.sub(" ", answer).strip()
-    for pattern in _THOUSANDS_RES:
-        s = pattern.sub("", s)
-    s = s.replace("\\!", "").replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("−", "-")
-    s = _WS_RE.sub(" ", _SPACING_RE.sub(" ", s))
-    return s.rstrip(" .,;。").strip()
+    s = _THOUSANDS_RE.sub(lambda m: re.sub(_SEP, "", m.group(0)), s)
+    for old, new in _REPLACEMENTS:
+        s = s.replace(old, new)
+    s = _SQRT_RE.sub(r"\\sqrt{\1}", _DELIMITER_SIZE_RE.sub("", s))
+    s = _WS_RE.sub(" ", _SPACING_RE.sub(" ", s)).strip()
+    s = s.removeprefix("\\therefore").strip()
+    return _outer_braces_removed(s.rstrip(" .,;。").strip())
 
 
 # --------------------------------------------------------------------------------------------
 # Numbers written out
 # --------------------------------------------------------------------------------------------
 
-_INT = r"(?:\d{1,3}(?:,\d{3})+|\d+)"
+_INT = r"(?:[1-9]\d{0,2}(?:,\d{3})+|\d+)"  # "1,000" but not "0,936" (a European decimal)
 
 
 def _frac_args(num: str, den: str) -> str:
@@ -157,36 +191,49 @@ def _frac_args(num: str, den: str) -> str:
 
 
 # The number itself, matched at the start of what is left once label, sign and currency are read.
-# Alternatives in order (Python takes the first that matches): a mixed number, \frac, a/b, then a
-# decimal or integer with an optional scientific exponent.
+# Alternatives in order (Python takes the first that matches): a mixed number, \frac, a/b, a repeating
+# decimal, then a decimal or integer with an optional scientific exponent.
 _CORE_RE = re.compile(
     rf"(?P<whole>{_INT}) ?\\frac ?{_frac_args('mnum', 'mden')}"
     rf"|\\frac ?{_frac_args('fnum', 'fden')}"
     r"|(?P<snum>\d+) ?/ ?(?P<sden>\d+)"
+    r"|(?P<rint>\d*)\.(?P<rfix>\d*) ?\\overline ?\{ ?(?P<rrep>\d+) ?\}"
     rf"|(?P<mant>{_INT}(?:\.\d+)?|\.\d+)"
     r"(?: ?(?:\\times|\\cdot|×) ?10 ?\^ ?(?:\{ ?(?P<exp>[+-]?\d+) ?\}|(?P<exp1>\d))|[eE](?P<eexp>[+-]?\d+))?"
 )
-# A label before the number: "x =", "x_1 =", "\theta =".
-_LABEL_RE = re.compile(r"(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?\w+\}?)? ?= ?")
+# A label before the number: a variable, "x =", "x_1 =", "\theta =" (not any command: "\ne =").
+_GREEK = ("alpha|beta|gamma|delta|epsilon|varepsilon|zeta|eta|theta|vartheta|iota|kappa|lambda|mu|nu|xi|"
+          "pi|rho|sigma|tau|upsilon|phi|varphi|chi|psi|omega|Gamma|Delta|Theta|Lambda|Xi|Pi|Sigma|Phi|Psi|Omega")
+_LABEL_RE = re.compile(rf"(?:[A-Za-z]|\\(?:{_GREEK})\b)(?:_\{{?\w+\}}?)? ?= ?")
 _CURRENCY = r"\\\$|\$|€|£|¥|₹"
 _SIGN_CURRENCY_RE = re.compile(rf"(?P<s1>[+-]?) ?(?:{_CURRENCY})? ?(?P<s2>[+-]?) ?")
-_POWER = r"(?:\^ ?\{?[23]\}?)?"  # cm^2, \text{ m}^3
-# One unit symbol after the number, with the space before it: percent, currency, degrees, or a
-# \text{...} label (its argument may not hold digits: "\text{ or }5" is no unit).
-_UNIT_RE = re.compile(
-    rf" ?(?:\\%|%|{_CURRENCY}|\^ ?\{{? ?\\circ ?\}}?|°|\\degree\b"
-    rf"|\\(?:text|mbox|mathrm|textrm|textbf|textit|operatorname) ?\{{[^{{}}\d]*\}}{_POWER})"
+_POWER = r"(?:\^ ?\{?[23]\}?|[²³])?"  # cm^2, \text{ m}^3, m²
+# One unit symbol after the number, with the space before it: percent, currency, degrees (°C too),
+# or "/" between two units (km/h, \text{m}/\text{s}).
+_UNIT_SYMBOL_RE = re.compile(
+    rf" ?(?:\\%|%|{_CURRENCY}|(?:\^ ?\{{? ?\\circ ?\}}?|°|\\degree\b) ?[CF]?(?![A-Za-z])|/)"
 )
-# Or a plain unit word: letters (and combining marks) of any script, "km/h", "sq.", "cm^2".
-_WORD_RE = re.compile(r"( ?)(\S+)")
-_WORD_POWER_RE = re.compile(r"\^ ?\{?[23]\}?$")
-# Words that make a trailing "unit" prose instead ("5 is the answer", "5 or so", "5 then 6").
+# A \text{...} label (its words are checked like plain words), or a plain word.
+_TEXT_UNIT_RE = re.compile(rf"( ?)\\(?:text|mbox|mathrm|textrm|textbf|textit|operatorname) ?\{{([^{{}}]*)\}}{_POWER}")
+_WORD_RE = re.compile(r"( ?)([^\s\\/^{}$%]+)")
+_WORD_POWER_RE = re.compile(r"(?:\^ ?\{?[23]\}?|[²³])$")
+# Words after a number that make it prose, a hedge or another value, not a unit: function words,
+# hedges and judgements ("5 or so", "5 is wrong"), number words and multipliers ("5 thousand",
+# "5 dozen", "5 squared"), in English and the commonest other languages.
 _NOT_UNITS = frozenset(
-    "a an the is are was were be it its this that which or and nor not but then than otherwise else "
-    "maybe perhaps probably possibly approximately about around roughly nearly almost exactly only "
-    "answer answers final result so thus hence therefore because if of for to from in on at by with "
-    "as plus minus times over divided equals equal mod modulo".split()
+    "a an the is are was were be it its this that which or and nor not no yes but then than otherwise else "
+    "maybe perhaps probably possibly approximately approx about around roughly nearly almost exactly only "
+    "answer answers final result so thus hence therefore because if of for to from in on at by with as "
+    "plus minus times over divided equals equal mod modulo squared cubed factorial power root th st nd rd "
+    "wrong right correct incorrect true false none nothing unknown undefined infinity "
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred hundreds "
+    "thousand thousands million millions billion billions trillion trillions dozen dozens score gross half "
+    "halves third thirds quarter quarters lakh crore bn "
+    "oder und nicht ou et pas non o y e ni или и не या और नहीं หรือ または 또는 au na".split()
 )
+# Characters of other scripts that are numbers, multipliers, negations or "or" (一, 万, 不, 或 …).
+_NOT_UNIT_CHARS = frozenset("零〇一二两三四五六七八九十百千万亿兆半不没非无或和与还是对错约")
 _MAX_UNIT_WORDS = 3
 _MAX_DIGITS = 1000  # integers longer than this are compared by their digits, not as Fractions
 
@@ -199,6 +246,8 @@ class Number:
     value: Fraction | None
     digits: str  # canonical integer text ("" if not an integer)
     decimals: int
+    form: str = "integer"  # integer, decimal, fraction, mixed, repeating, scientific
+    lowest_terms: bool = True  # False for a fraction written unreduced (\frac{2}{4})
 
 
 def _unwrap(s: str) -> str:
@@ -213,32 +262,48 @@ def _unwrap(s: str) -> str:
 
 
 def _is_word(token: str) -> bool:
-    """Letters and combining marks only (any script), parts joined by ``/``, ``.`` or ``'``."""
-    parts = [p for p in re.split(r"[./']", token) if p]
-    return bool(parts) and all(unicodedata.category(ch)[0] in "LM" for part in parts for ch in part)
+    """Letters and combining marks only, not Greek (π is math), parts joined by ``.`` or ``'``."""
+    parts = [p for p in re.split(r"[.']", token) if p]
+    return bool(parts) and all(unicodedata.category(ch)[0] in "LM" and not "\u0370" <= ch <= "\u03ff"
+                               for part in parts for ch in part)
+
+
+def _unit_word(word: str, spaced: bool) -> bool:
+    """Whether ``word`` (one token after the number) may be a unit: a word, none of :data:`_NOT_UNITS`
+    or :data:`_NOT_UNIT_CHARS`; a lone Latin letter only for m, g, s, h, L after a space ("5x",
+    "5i", "5n" are math); a lone letter of another script is one (元, 个)."""
+    word = word.rstrip(".")
+    if not _is_word(word) or word.lower() in _NOT_UNITS or any(ch in _NOT_UNIT_CHARS for ch in word):
+        return False
+    if len(word) == 1 and word.isascii():
+        return spaced and word in "mgshL"
+    return True
 
 
 def _only_units(rest: str) -> bool:
     """Whether ``rest`` (what follows the number) is a run of units: ``\\%``, currency, degrees,
-    ``\\text{…}`` labels, and at most three plain words, none of them prose (:data:`_NOT_UNITS`).
-    A lone Latin letter is a unit only for m, g, s, h, L after a space ("5x", "5i", "5n" are
-    math); a lone letter of another script is one (元, 个). Left to right, one token at a time."""
+    ``\\text{…}`` labels and plain words that :func:`_unit_word` accepts, at most three words in all.
+    Left to right, one token at a time: linear."""
     words, pos = 0, 0
     while pos < len(rest):
-        m = _UNIT_RE.match(rest, pos)
+        m = _UNIT_SYMBOL_RE.match(rest, pos)
         if m is not None and m.end() > pos:
             pos = m.end()
             continue
-        m = _WORD_RE.match(rest, pos)
-        if m is None:
-            return rest[pos:].strip() == ""
-        space, token = m.group(1), _WORD_POWER_RE.sub("", m.group(2))
-        word = token.rstrip(".")
-        if not _is_word(word) or word.lower() in _NOT_UNITS:
-            return False
-        if len(word) == 1 and word.isascii() and not (space and word in "mgshL"):
-            return False
-        words += 1
+        m = _TEXT_UNIT_RE.match(rest, pos)
+        if m is not None:
+            tokens = m.group(2).replace("/", " ").split()
+            if not tokens or not all(_unit_word(t, True) for t in tokens):
+                return False
+            words += len(tokens)
+        else:
+            m = _WORD_RE.match(rest, pos)
+            if m is None:
+                return rest[pos:].strip() == ""
+            spaced = bool(m.group(1)) or rest[pos - 1 : pos] == "/"  # "5 m", "5 km/h"
+            if not _unit_word(_WORD_POWER_RE.sub("", m.group(2)), spaced=spaced):
+                return False
+            words += 1
         if words > _MAX_UNIT_WORDS:
             return False
         pos = m.end()
@@ -249,10 +314,13 @@ def parse_number(answer: str) -> Number | None:
     """The number ``answer`` writes out, or None if it is not one.
 
     ``answer`` should be :func:`normalize`\\ d. Accepted: ``12``, ``-3``, ``1,000``, ``0.5``, ``.5``,
-    ``\\frac{3}{4}``, ``\\frac34``, ``3/4``, ``-\\frac{1}{2}``, ``2\\frac{1}{2}`` (a mixed number),
-    ``1.5\\times 10^{3}``, ``1.5e3``, ``25\\%``, ``\\$18.90``, ``90^\\circ``, ``864 \\text{ inches}^2``,
-    ``12 apples``, ``x = 5``, ``(5)``. Not numbers: ``2+3``, ``2^{10}``, ``\\sqrt{4}``, ``\\binom{8}{4}``,
-    ``5!``, ``1 2`` (digits split by a space), ``first 5``, ``5 or 6``, ``5/6?``, ``5 is the answer``.
+    ``0.\\overline{3}``, ``\\frac{3}{4}``, ``\\frac34``, ``3/4``, ``-\\frac{1}{2}``, ``2\\frac{1}{2}``
+    (a mixed number), ``1.5\\times 10^{3}`` and ``1.5e3`` (mantissa in [1, 10), exponent not 0),
+    ``25\\%``, ``\\$18.90``, ``90^\\circ``, ``864 \\text{ inches}^2``, ``12 apples``, ``5 km/h``,
+    ``x = 5``, ``(5)``. Not numbers: ``2+3``, ``2^{10}``, ``\\sqrt{4}``, ``\\binom{8}{4}``, ``5!``,
+    ``\\frac{1872}{2}`` (a fraction whose value is a whole number: a division left to do),
+    ``9360\\times 10^{-1}``, ``1 2`` (digits split by a space), ``0,936``, ``first 5``, ``5 or 6``,
+    ``5/6?``, ``5 is the answer``, ``5 thousand``, ``5 \\text{ (maybe six)}``.
     """
     if not answer or len(answer) > MAX_ANSWER_CHARS:
         return None
@@ -275,17 +343,27 @@ def _value(m: re.Match, sign: int) -> Number | None:
     def pair(num: str, den: str) -> tuple[int, int]:
         return int(m.group(num) or m.group(num + "1")), int(m.group(den) or m.group(den + "1"))
 
+    def fraction(num: int, den: int) -> Number | None:
+        # A fraction must be one: not a whole number in disguise (\frac{1872}{2}, \frac{5}{1}), no
+        # double minus (\frac{-3}{-4}), no zero denominator.
+        if den == 0 or num % den == 0 or (num < 0 and den < 0):
+            return None
+        return Number(sign * Fraction(num, den), "", 0, "fraction", math.gcd(num, den) == 1)
+
     if m.group("whole") is not None:
         num, den = pair("mnum", "mden")
-        if not 0 <= num < den:  # "2\frac{5}{3}" is not a mixed number
+        if not 0 < num < den:  # "2\frac{5}{3}" and "2\frac{0}{3}" are not mixed numbers
             return None
-        return Number(sign * (int(m.group("whole").replace(",", "")) + Fraction(num, den)), "", 0)
+        return Number(sign * (int(m.group("whole").replace(",", "")) + Fraction(num, den)), "", 0, "mixed")
     if m.group("fnum") is not None or m.group("fnum1") is not None:
-        num, den = pair("fnum", "fden")
-        return None if den == 0 else Number(sign * Fraction(num, den), "", 0)
+        return fraction(*pair("fnum", "fden"))
     if m.group("snum") is not None:
-        den = int(m.group("sden"))
-        return None if den == 0 else Number(sign * Fraction(int(m.group("snum")), den), "", 0)
+        return fraction(int(m.group("snum")), int(m.group("sden")))
+    if m.group("rrep") is not None:  # 0.1\overline{6} = 1/6
+        whole, fixed, rep = m.group("rint") or "0", m.group("rfix"), m.group("rrep")
+        value = int(whole) + Fraction(int(fixed or "0"), 10 ** len(fixed)) + Fraction(
+            int(rep), (10 ** len(rep) - 1) * 10 ** len(fixed))
+        return Number(sign * value, "", 0, "repeating")
     mant = m.group("mant").replace(",", "")
     exp_text = m.group("exp") or m.group("exp1") or m.group("eexp")
     if exp_text is None and "." not in mant:
@@ -298,9 +376,11 @@ def _value(m: re.Match, sign: int) -> Number | None:
     if len(mant) > _MAX_DIGITS or (exp_text is not None and abs(int(exp_text)) > _MAX_DIGITS):
         return None
     value = Fraction(mant)
-    if exp_text is not None:  # scientific notation: exact as written
-        return Number(sign * value * Fraction(10) ** int(exp_text), "", 0)
-    return Number(sign * value, "", len(mant.partition(".")[2]))
+    if exp_text is not None:  # scientific notation: exact as written, mantissa in [1, 10)
+        if not 1 <= value < 10 or int(exp_text) == 0:
+            return None
+        return Number(sign * value * Fraction(10) ** int(exp_text), "", 0, "scientific")
+    return Number(sign * value, "", len(mant.partition(".")[2]), "decimal")
 
 
 # Tolerance (the numeric part of the answer policy, stated once):
@@ -356,9 +436,12 @@ _INFINITY_RE = re.compile(r"[+-]? ?\\infty|[+-]? ?∞")
 
 
 def is_multi_valued(gold: str) -> bool:
-    """A top-level comma, an "or"/"and" between values, or ±: the gold lists several values."""
+    """A top-level comma (in a set ``\\{…\\}`` too), an "or"/"and" between values, or ±: the gold lists
+    several values."""
     if "\\pm" in gold or "\\mp" in gold or _LIST_WORDS_RE.search(gold):
         return True
+    if gold.startswith("\\{") and gold.endswith("\\}"):  # a set: \{1, 2\}
+        gold = gold[2:-2]
     depth = 0
     for ch in gold:
         if ch in "([{":
@@ -392,8 +475,8 @@ def strip_unit_words(s: str) -> str:
     tokens = s.split(" ")
     kept = len(tokens)
     while kept > 1 and len(tokens) - kept < _MAX_UNIT_WORDS:
-        word = tokens[kept - 1].rstrip(".")
-        if len(word) < 2 or not _is_word(word) or word.lower() in _NOT_UNITS:
+        word = tokens[kept - 1]
+        if len(word.rstrip(".")) < 2 or not _unit_word(word, spaced=True):
             break
         kept -= 1
     return " ".join(tokens[:kept]) if kept < len(tokens) else s

@@ -31,35 +31,46 @@ Public API
 The answer policy
 -----------------
 Both answers are normalised first (:func:`eval.answers.normalize`: whitespace, thousands
-separators, ``\\dfrac``); for a multi-valued gold ``\\text{ and }``/``or`` become commas; a prediction
-``x = …`` (one variable) is reduced to its right side when the gold has no ``=``. An extracted answer
-longer than ``MAX_ANSWER_CHARS`` (1000) is wrong, and a gold that long unparseable, without further
-parsing. Then, in this order:
+separators, ``\\dfrac``, ``\\left``); for a multi-valued gold ``\\text{ and }``/``or`` become commas;
+a prediction ``x = …``, ``f(x) = …`` or ``x \\in …`` is reduced to its right side when the gold has
+no such label. An extracted answer longer than ``MAX_ANSWER_CHARS`` (1000) is wrong, and a gold that
+long unparseable, without further parsing. Then, in this order:
 
-1. **Same text** (whitespace and ``\\left``/``\\right`` aside) → correct.
-2. **A number gold needs a number.** When the gold is a number written out (integer, decimal,
-   fraction of integers, mixed number, percent, scientific notation; with sign, thousands
-   separators, currency, units, degrees or an ``x =`` label: :func:`eval.answers.parse_number`), the
-   answer must itself be a number written out, and equal to it (:func:`eval.answers.numbers_equal`:
-   exact, or within a relative 1e-9, or a rounded decimal of ≥ 6 places of a gold fraction that has
-   no finite decimal). Anything with arithmetic left to do is wrong even when it evaluates to the
-   gold: ``347 + 589``, ``2^{10}``, ``\\binom{8}{4}``, ``\\log_2 8``, ``\\sqrt{4}``, ``5!``. So are
-   prose around the number (``first 5``, ``It could be 6. The answer is 5``; unit words and
-   ``\\text{}`` labels after it are allowed), digits split by spaces (``9 3 6``), and a percent read
-   as its hundredth (``0.25`` ≠ ``25\\%``, ``500\\%`` ≠ ``5``; ``25`` = ``25\\%``). Decided here,
-   without math-verify.
-3. **Text golds** (``\\text{(C)}``, ``\\text{east}``): the answer must be the same words
+1. **Same text** (whitespace, except between digits, and ``\\left``/``\\right`` aside) → correct.
+2. **Echo** (when the question is given: ``problem``; rewards, filters and evaluation pass it). An
+   answer that is written, as it is, in the question is wrong for a symbolic gold (``\\sqrt{242}``
+   for "Simplify $\\sqrt{242}$"; ``ab+5b+2a+10`` for "Factor …"), and for a number gold when it is
+   another form of number than the gold (``\\frac{3}{20}`` for "Express $\\frac{3}{20}$ as a
+   decimal", gold ``0.15``; ``\\frac{84}{144}`` for "Simplify …"). A number in the gold's own form
+   (a fraction in lowest terms) may be copied: a choice among the numbers the question lists.
+3. **A number gold needs a number.** When the gold is a number written out (integer, decimal,
+   fraction of integers, mixed number, repeating decimal, percent, scientific notation; with sign,
+   thousands separators, currency, units, degrees or an ``x =`` label:
+   :func:`eval.answers.parse_number`), the answer must itself be a number written out, and equal to
+   it (:func:`eval.answers.numbers_equal`: exact, or within a relative 1e-9 for decimals, or a
+   rounded decimal of ≥ 6 places of a gold fraction that has no finite decimal). Anything with
+   arithmetic left to do is wrong even when it evaluates to the gold: ``347 + 589``, ``2^{10}``,
+   ``\\binom{8}{4}``, ``\\log_2 8``, ``\\sqrt{4}``, ``5!``, ``\\frac{1872}{2}``. So are prose around
+   the number (``first 5``, ``It could be 6. The answer is 5``; unit words and ``\\text{}`` labels
+   after it are allowed, but not words that change or doubt the value: ``5 thousand``, ``5 (maybe
+   six)``), digits split by spaces (``9 3 6``), and a percent read as its hundredth (``0.25`` ≠
+   ``25\\%``, ``500\\%`` ≠ ``5``; ``25`` = ``25\\%``). A gold in another base (``1011_2``) needs the
+   same digits in the same base (or no base written). Decided here, without math-verify.
+4. **Text golds** (``\\text{(C)}``, ``\\text{east}``): the answer must be the same words
    (case-insensitive; ``\\text{}``-like wrappers and one pair of parentheses aside; a lone letter
    counts only if it is a–e).
-4. **Lists of numbers** (``3, -3``; ``(6,31,-1)``; ``[2, 5)``): every atom of the answer must be a
+5. **Lists of numbers** (``3, -3``; ``(6,31,-1)``; ``[2, 5)``): every atom of the answer must be a
    number written out (or ±∞, or ``\\pm`` a number; an interval may be answered by a relation
-   ``2 \\le x < 5``); then math-verify decides, as in 5.
-5. **Symbolic golds** (``2\\sqrt{2}``, ``(x+1)^2``, intervals, sets, matrices, equations) keep
+   ``2 \\le x < 5``), and a bare list is no interval (``(-3, 3)`` ≠ ``3, -3``); then math-verify
+   decides, as in 6.
+6. **Symbolic golds** (``2\\sqrt{2}``, ``(x+1)^2``, intervals, sets, matrices, equations) keep
    symbolic equivalence: math-verify 0.9 (``verify(parse(gold), parse(pred))``, gold first,
-   ``allow_set_relation_comp=True``) in a worker process. An answer with prose (a run of ≥ 3 Latin
-   letters outside LaTeX commands and ``\\text{}``, or CJK/Cyrillic/Indic/Thai script, after up to
-   three trailing unit words are dropped) is wrong. A lone trailing letter after an operator is
-   braced (``a + b + {c}``) because math-verify strips " c", " t", " s"... as units.
+   ``allow_set_relation_comp=True``) in a worker process. Wrong before that: an answer with prose
+   (a run of ≥ 3 Latin letters outside LaTeX commands and ``\\text{}``, or CJK/Cyrillic/Indic/Thai
+   script, once up to three trailing unit words are dropped); an equation for a gold that is none
+   (``x+2 = x+1`` for ``x+1``); exponents nested three deep (``10^{10^{10}}``: no answer, and a
+   stall). A lone trailing letter after an operator is braced (``a + b + {c}``) because math-verify
+   strips " c", " t", " s"... as units.
 
 Bounds: everything before math-verify is linear in the response's length and runs in the calling
 process; every math-verify call runs in :mod:`eval.verify_pool`, killed after ``timeout_s`` of wall
@@ -129,14 +140,19 @@ class Grade:
 _CANON_RE = re.compile(r"(?<!\d)\s+|\s+(?!\d)|\\left\b|\\right\b|(?<!\\)\\[,;:! ]")
 _UNESCAPED_DOLLAR = re.compile(r"(?<!\\)\$")
 _TRAILING_VARIABLE_RE = re.compile(r"([-+*/=^(] ?)([A-Za-z])$")
-_ASSIGNMENT_RE = re.compile(r" ?[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)? ?= ?(?P<rhs>[^=]+)")
+# "x = …", "x_1 = …", "f(x) = …", and "x \in …" (a set or an interval).
+_ASSIGNMENT_RE = re.compile(r" ?[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?(?:\([A-Za-z, ]*\))? ?= ?(?P<rhs>[^=]+)")
+_MEMBERSHIP_RE = re.compile(r" ?[A-Za-z] ?\\in\b ?(?P<rhs>.+)")
+_IN_RE = re.compile(r"\\in\b")
+_BASE_RE = re.compile(r"(?P<digits>[0-9A-Za-z]+) ?_ ?\{? ?(?P<base>\d+) ?\}?")  # 1011_2, 25_{6}
+_FRAC_SHORT_RE = re.compile(r"\\frac ?(\d) ?(\d)")
 _RELATION_SPLIT_RE = re.compile(r"\\(?:le|ge|lt|gt|leq|geq)\b|[<>≤≥]|\\cup|\\cap|\bor\b|\band\b|,")
 _PM_RE = re.compile(r"\\(?:pm|mp) ?")
 _VARIABLE_RE = re.compile(r"[A-Za-z]")
 
 
 def _canon(s: str) -> str:
-    return _CANON_RE.sub("", s)
+    return _CANON_RE.sub("", _FRAC_SHORT_RE.sub(r"\\frac{\1}{\2}", s))
 
 
 def _parse_forms(s: str) -> tuple[str, ...]:
@@ -149,16 +165,63 @@ def _parse_forms(s: str) -> tuple[str, ...]:
 
 
 def _drop_assignment(pred: str, gold: str) -> str:
-    """Reduce "x = 12" to "12" when the gold has no "=" (math-verify does the same, after a
-    ~15 ms equation parse; doing it here lets the in-process rules decide)."""
-    if "=" in gold:
-        return pred
-    m = _ASSIGNMENT_RE.fullmatch(pred)
-    return m.group("rhs").strip() if m else pred
+    """Reduce "x = 12" (or "f(x) = …") to "12" when the gold has no "=", and "x \\in [2, 5)" to
+    "[2, 5)" when the gold has no "\\in" (math-verify does the first too, after a ~15 ms equation
+    parse; doing it here lets the in-process rules decide)."""
+    if "=" not in gold and (m := _ASSIGNMENT_RE.fullmatch(pred)):
+        return m.group("rhs").strip()
+    if not _IN_RE.search(gold) and (m := _MEMBERSHIP_RE.fullmatch(pred)):
+        return m.group("rhs").strip()
+    return pred
+
+
+def _tower_depth(s: str) -> int:
+    """How deeply exponents nest (``2^{3^{4}}``: 3). Linear."""
+    depth = best = 0
+    stack: list[bool] = []  # per open brace: is it an exponent's?
+    previous = ""
+    for ch in s:
+        if ch == "{":
+            stack.append(previous == "^")
+            depth += previous == "^"
+            best = max(best, depth + 1 if previous == "^" else depth)
+        elif ch == "}" and stack:
+            depth -= stack.pop()
+        elif previous == "^" and ch not in " {":
+            best = max(best, depth + 1)
+        previous = ch if ch != " " else previous
+    return best
+
+
+def _echoes(pred: str, problem: str) -> bool:
+    """Whether ``pred`` is written, as it is, in the problem (with no letter or digit glued to it on
+    either side): an answer that copies the question's own expression."""
+    if not problem or len(pred) < 2:
+        return False
+    start = problem.find(pred)
+    while start != -1:
+        before = problem[start - 1 : start]
+        after = problem[start + len(pred) : start + len(pred) + 1]
+        if not (before.isalnum() or after.isalnum() or after in ("^", "_", "{")):
+            return True
+        start = problem.find(pred, start + 1)
+    return False
+
+
+def _base_number(pred: str, gold: str) -> str | None:
+    """Rule 3, a number in another base (``1011_2``): the same digits, in the gold's base or with no
+    base written; else wrong. None when the gold is no such number."""
+    g = _BASE_RE.fullmatch(gold)
+    if g is None:
+        return None
+    p = _BASE_RE.fullmatch(pred)
+    digits, base = (p.group("digits"), p.group("base")) if p else (pred, g.group("base"))
+    same = digits.lstrip("0").lower() == g.group("digits").lstrip("0").lower() and int(base) == int(g.group("base"))
+    return "correct" if same else "wrong"
 
 
 def _atoms_written_out(pred: str) -> bool:
-    """Rule 4: the answer to a list of numbers lists numbers (or ±∞, ``\\pm`` a number), or states an
+    """Rule 5: the answer to a list of numbers lists numbers (or ±∞, ``\\pm`` a number), or states an
     interval as a relation whose bounds are numbers and whose other terms are single variables."""
     if number_atoms(pred) is not None or parse_number(pred) is not None:
         return True
@@ -175,25 +238,37 @@ def _atoms_written_out(pred: str) -> bool:
     return True
 
 
-def _decide(pred: str, gold: str, multi: bool) -> str | None:
-    """'correct'/'wrong' when rules 1-4 decide, else None (math-verify decides, rule 4-5)."""
+def _decide(pred: str, gold: str, multi: bool, problem: str = "") -> str | None:
+    """'correct'/'wrong' when the rules decide in-process, else None (math-verify decides).
+    ``problem`` is the question, canonicalised (see the echo rule in the module docstring)."""
     if _canon(pred) == _canon(gold):
         return "correct"
+    echo = _echoes(_canon(pred), problem)
     gold_num = None if multi else parse_number(gold)
     if gold_num is not None:
         pred_num = parse_number(pred)
-        return "correct" if pred_num is not None and numbers_equal(gold_num, pred_num) else "wrong"
+        if pred_num is None or (echo and (pred_num.form != gold_num.form or not pred_num.lowest_terms)):
+            return "wrong"
+        return "correct" if numbers_equal(gold_num, pred_num) else "wrong"
+    base = _base_number(pred, gold)
+    if base is not None:
+        return base
     gold_text = as_text(gold)
     if gold_text is not None:
         return "correct" if as_text(pred) == gold_text else "wrong"
-    if number_atoms(gold) is not None and not _atoms_written_out(pred):
+    if echo:
         return "wrong"
-    if has_prose(strip_unit_words(pred)):
+    if number_atoms(gold) is not None:
+        if not _atoms_written_out(pred):
+            return "wrong"
+        if multi and gold[:1] not in "([\\" and pred[:1] in "([":  # "3, -3" is no interval (-3, 3)
+            return "wrong"
+    if has_prose(strip_unit_words(pred)) or ("=" in pred and "=" not in gold) or _tower_depth(pred) >= 3:
         return "wrong"
     return None
 
 
-def _prepare(response: str, gold: str) -> Grade | tuple[str | None, tuple]:
+def _prepare(response: str, gold: str, problem: str | None = None) -> Grade | tuple[str | None, tuple]:
     """A final Grade, or (pred, worker job) when math-verify has to decide."""
     pred, boxed_hedge = extract(response)
     gold_n = normalize(gold) if isinstance(gold, str) else ""
@@ -206,13 +281,14 @@ def _prepare(response: str, gold: str) -> Grade | tuple[str | None, tuple]:
     pred_n = normalize(pred)
     if not pred_n:
         return Grade(False, "no_answer", pred)
-    multi = is_multi_valued(gold_n)
+    multi = parse_number(gold_n) is None and is_multi_valued(gold_n)  # "31,250" is one number
     if multi:
         gold_n, pred_n = list_words_to_commas(gold_n), list_words_to_commas(pred_n)
     elif boxed_hedge or is_hedged(pred_n):
         return Grade(False, "hedged", pred)
     pred_n = _drop_assignment(pred_n, gold_n)
-    verdict = _decide(pred_n, gold_n, multi)
+    problem_c = _canon(normalize(problem)) if isinstance(problem, str) else ""
+    verdict = _decide(pred_n, gold_n, multi, problem_c)
     if verdict is not None:
         return Grade(verdict == "correct", verdict, pred)
     return pred, ("grade", (_parse_forms(gold_n), _parse_forms(strip_unit_words(pred_n))))
@@ -238,19 +314,23 @@ def _count(grades: list[Grade]) -> None:
 
 
 def grade_batch(responses: list[str], golds: list[str], timeout_s: float = DEFAULT_TIMEOUT_S,
-                workers: int | None = None) -> list[Grade]:
+                workers: int | None = None, problems: list[str | None] | None = None) -> list[Grade]:
     """Grade ``responses[i]`` against ``golds[i]``; math-verify work runs in parallel workers.
 
-    Identical (gold, answer) pairs are graded once. ``workers`` resizes the shared pool
-    (default ``min(4, os.cpu_count())``). Never raises for bad inputs; see ``REASONS``.
+    ``problems[i]``, when given, is the question: an answer that copies an expression of it is
+    wrong (the echo rule). Identical (gold, answer) pairs are graded once. ``workers`` resizes the
+    shared pool (default ``min(4, os.cpu_count())``). Never raises for bad inputs; see ``REASONS``.
     """
     if len(responses) != len(golds):
         raise ValueError(f"{len(responses)} responses but {len(golds)} golds")
+    if problems is not None and len(problems) != len(golds):
+        raise ValueError(f"{len(problems)} problems but {len(golds)} golds")
+    problems = [None] * len(golds) if problems is None else problems
     grades: list[Grade | None] = [None] * len(responses)
     pending: dict[tuple, list[tuple[int, str | None]]] = {}
     for i, (response, gold) in enumerate(zip(responses, golds, strict=True)):
         try:
-            prepared = _prepare(response, gold)
+            prepared = _prepare(response, gold, problems[i])
         except Exception:
             prepared = Grade(False, "error", None)
         if isinstance(prepared, Grade):
@@ -269,13 +349,14 @@ def grade_batch(responses: list[str], golds: list[str], timeout_s: float = DEFAU
     return final
 
 
-def grade(response: str, gold: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Grade:
-    """Grade one whole model response against a gold final answer (see module docstring)."""
-    return grade_batch([response], [gold], timeout_s=timeout_s)[0]
+def grade(response: str, gold: str, timeout_s: float = DEFAULT_TIMEOUT_S, problem: str | None = None) -> Grade:
+    """Grade one whole model response against a gold final answer (see module docstring); with
+    ``problem``, the echo rule applies too."""
+    return grade_batch([response], [gold], timeout_s=timeout_s, problems=[problem])[0]
 
 
-def is_correct(response: str, gold: str) -> bool:
-    return grade(response, gold).correct
+def is_correct(response: str, gold: str, problem: str | None = None) -> bool:
+    return grade(response, gold, problem=problem).correct
 
 
 def gold_is_parseable(gold: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:

@@ -182,6 +182,8 @@ NOT_ANSWERS = [
     (BOX("2 \\cdot 2.5"), "5"),
     (BOX("\\frac{1}{2} + \\frac{1}{4}"), "\\frac{3}{4}"),
     (BOX("x = 2 + 3"), "5"),
+    (BOX("\\frac{24}{2}"), "12"),  # a fraction that is a whole number: a division left to do
+    (BOX("1872/2"), "936"),
     (A("(347 + 589)"), "936"),
     (BOX("\\sqrt{4}, \\sqrt{9}"), "2, 3"),  # a list of numbers needs numbers
     (BOX("(1+1, 3)"), "(2, 3)"),
@@ -212,6 +214,41 @@ NOT_ANSWERS = [
     (A("5.0000004"), "5"),
     (A("11111111101"), "11111111100"),
     (A("0.33"), "\\frac{1}{3}"),
+    # found by a red-team pass: fractions, scientific notation, labels, units, bases, lists, tags
+    (A("\\frac{1872}{2}"), "936"),
+    (A("\\frac{-1872}{-2}"), "936"),
+    (A("9360\\times 10^{-1}"), "936"),
+    (A("936 \\times 10^0"), "936"),
+    (A("936\\frac{0}{7}"), "936"),
+    (A("\\not=936"), "936"),
+    (A("\\ne=936"), "936"),
+    (A("936 thousand"), "936"),
+    (A("936 dozen"), "936"),
+    (A("936π"), "936"),
+    (A("936 squared"), "936"),
+    (A("936 factorial"), "936"),
+    (A("936\\text{!}"), "936"),
+    (A("5 \\text{ (maybe six)}"), "5"),
+    (A("936 \\text{ oder fünf}"), "936"),
+    (A("936 wrong"), "936"),
+    (A("936 不对"), "936"),
+    (A("936万"), "936"),
+    (A("0,936"), "936"),
+    (A("0{,}936"), "936"),
+    (A("52_7"), "52_8"),
+    (A("52_{10}"), "52_8"),
+    (A("1011_3"), "1011_2"),
+    (A("31 or 250"), "31,250"),
+    (A("58 \\text{ and } 500"), "58,500"),
+    (A("x+2 = x+1"), "x+1"),
+    (A("5 = 2\\sqrt{2}"), "2\\sqrt{2}"),
+    (A("4\\pi squared"), "4\\pi"),
+    (A("(-3,3)"), "3, -3"),
+    (A("\\boxed{5} oder \\boxed{936}"), "936"),
+    (A("\\boxed{5}, \\boxed{936}"), "936"),
+    (A("\\boxed{5} \\boxed{936}"), "936"),
+    ("<think><answer>936</answer></think> The final answer is \\boxed{5}.", "936"),
+    (A("10^{10^{10}}"), "x + 1"),
     # empty content
     (BOX(""), "5"),
     (BOX("  "), "5"),
@@ -231,7 +268,7 @@ HONEST = [
     (BOX("\\frac{3}{4}"), "0.75"),
     (BOX("3/4"), "\\frac34"),
     (BOX("\\frac{2}{4}"), "\\frac12"),
-    (BOX("\\frac{24}{2}"), "12"),  # a fraction of integers is a number
+    (BOX("\\frac{25}{2}"), "12.5"),  # a fraction of integers is a number
     (BOX("2\\frac{1}{2}"), "2.5"),
     (BOX("2.5"), "2\\frac{1}{2}"),
     (BOX("1.5 \\times 10^{3}"), "1500"),
@@ -269,7 +306,62 @@ HONEST = [
     (BOX("2 \\le x < 5"), "[2, 5)"),
     (BOX("480 + 480\\sqrt{3} feet"), "480 + 480\\sqrt{3}\\text{ feet}"),
     (BOX("\\text{(C)}"), "C"),
+    # found by a red-team pass: honest forms that were graded wrong
+    (A("x \\in (3,4]"), "(3,4]"),
+    (A("x \\in [2,5)"), "[2, 5)"),
+    (A("x \\in (2,\\infty)"), "(2,\\infty)"),
+    (A("1 \\text{ and } 2"), "\\{1,2\\}"),
+    ("<think>t</think>\nFinal Answer: The final answer is $936$. I hope it is correct.", "936"),
+    (A("\\boxed{{936}}"), "936"),
+    (A("12 cm²"), "12"),
+    (A("12 m³"), "12"),
+    (A("30°C"), "30"),
+    (A("30℃"), "30"),
+    (A("5\\text{ m}/\\text{s}"), "5"),
+    (A("12 \\text{km}/\\text{h}"), "12"),
+    (A("0.\\overline{3}"), "\\frac{1}{3}"),
+    (A("0.1\\overline{6}"), "\\frac{1}{6}"),
+    (A("\\left(-\\frac{1}{2}\\right)"), "-\\frac12"),
+    (A("\\left(-5\\right)"), "-5"),
+    (A("(2,∞)"), "(2,\\infty)"),
+    (A("3√13"), "3\\sqrt{13}"),
+    (A("90\\textdegree"), "90"),
+    (A("\\therefore 936"), "936"),
+    (A("\\textdollar 18.90"), "18.90"),
+    (A("52_8"), "52_8"),
+    (A("52"), "52_8"),
+    (A("58500"), "58,500"),
+    (A("f(x) = x + 1"), "x+1"),
+    (A("\\boxed{5}, finally \\boxed{936}"), "936"),
+    (A("18 ডলার"), "18"),
 ]
+
+# The echo rule: an answer copied from the question (graded with the problem given).
+ECHOES = [
+    # (response, gold, problem, expected)
+    (A("\\sqrt{242}"), "11\\sqrt2", "Simplify $\\sqrt{242}$.", False),
+    (A("11\\sqrt{2}"), "11\\sqrt2", "Simplify $\\sqrt{242}$.", True),
+    (A("ab+5b+2a+10"), "(a+5)(b+2)", "Factor $ab+5b+2a+10$.", False),
+    (A("(a+5)(b+2)"), "(a+5)(b+2)", "Factor $ab+5b+2a+10$.", True),
+    (A("(-k + 4) + (-2 + 3k)"), "2k+2", "Simplify $(-k + 4) + (-2 + 3k)$.", False),
+    (A("x^2 - 5x - 4 \\le 10"), "x \\in [-2,7]", "For what values of $x$ is it true that $x^2 - 5x - 4 \\le 10$?", False),
+    (A("\\frac{3}{20}"), "0.15", "Express $\\frac{3}{20}$ as a decimal.", False),
+    (A("0.15"), "0.15", "Express $\\frac{3}{20}$ as a decimal.", True),
+    (A("\\frac{84}{144}"), "\\frac{7}{12}", "Simplify $\\frac{84}{144}$.", False),
+    (A("1.45"), "\\frac{29}{20}", "Express $1.45$ as a common fraction.", False),
+    (A("\\frac{2}{3}"), "\\frac23", "Which is largest: $\\frac{1}{2}$, $0.6$ or $\\frac{2}{3}$?", True),
+    (A("347 + 589"), "936", "What is 347 + 589?", False),
+    (A("936"), "936", "What is 347 + 589?", True),
+    (A("589"), "936", "What is 347 + 589?", False),
+    (A("12"), "12", "What is 12 + 0?", True),  # an integer may be copied: it is a choice, not an echo
+]
+
+
+@pytest.mark.parametrize(("response", "gold", "problem", "expected"), ECHOES)
+def test_echo_of_the_question(response, gold, problem, expected):
+    assert grade(response, gold, problem=problem).correct is expected
+    [batched] = grade_batch([response], [gold], problems=[problem])
+    assert batched.correct is expected
 
 
 @pytest.mark.parametrize(("response", "gold"), NOT_ANSWERS)
@@ -450,14 +542,14 @@ def test_hung_worker_is_killed_and_replaced(monkeypatch, warm_pool):
     # Disable math-verify's own alarms so only the wall-clock kill can stop the tower.
     monkeypatch.setattr(verify, "_inner_timeout", lambda timeout_s: 1000)
     start = time.monotonic()
-    result = grade(A("10^{10^{10^{10}}}"), "x + 1", timeout_s=1.5)  # a symbolic gold: math-verify decides
+    result = grade(A("(10^{10})!"), "x + 1", timeout_s=1.5)  # a symbolic gold: math-verify decides
     assert result.reason == "timeout"
     assert time.monotonic() - start < 1.5 + 3
     assert grade(BOX("\\sqrt{8}"), "2\\sqrt{2}").correct  # the pool still works
 
 
 def test_batch_with_timeouts_keeps_order(warm_pool):
-    responses = [A("10^{10^{10^{10}}}"), BOX("\\frac{2}{4}"), A("7"), BOX("\\sqrt{18}")]
+    responses = [A("(10^{10})!"), BOX("\\frac{2}{4}"), A("7"), BOX("\\sqrt{18}")]
     golds = ["x + 1", "0.5", "7", "3\\sqrt{2}"]
     result = grade_batch(responses, golds, timeout_s=2.0)
     assert [g.correct for g in result] == [False, True, True, True]
@@ -470,7 +562,7 @@ def test_grading_from_other_threads():
     thread.start()
     thread.join(60)
     assert out == [Grade(True, "correct", "\\sqrt{8}")]
-    pairs = [(BOX(f"\\frac{{{i}}}{{2}}"), str(i / 2)) for i in range(1, 9)]
+    pairs = [(BOX(f"\\frac{{{i}}}{{2}}"), str(i / 2)) for i in range(1, 17, 2)]
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda p: grade(*p), pairs))
     assert all(r.correct for r in results)
