@@ -107,7 +107,7 @@ def build_cold_start(candidates: list[Candidate], cfg, *, language_target: str =
     drops: Counter = Counter()
     order = list(candidates)
     random.Random(seed).shuffle(order)
-    grades = grade_batch([c.completion for c in order], [c.answer for c in order])
+    grades = grade_batch([c.completion for c in order], [c.answer for c in order], problems=[c.problem for c in order])
     kept: list[dict] = []
     seen: set[tuple[str, str]] = set()
     per_problem: Counter = Counter()

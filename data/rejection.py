@@ -65,7 +65,8 @@ def clean_reason(completion: str, *, lang: str | None, max_paragraph_chars: int,
 def judge_prompt(row: dict, completions: list[str], cfg) -> list[str | None]:
     """Verdicts for one prompt's samples, in order: None (kept) or a drop reason. ``cfg`` has
     ``max_kept_per_prompt``, ``max_paragraph_chars``, ``max_repeat_share``, ``language_target``."""
-    grades = grade_batch(completions, [str(row["answer"])] * len(completions))
+    grades = grade_batch(completions, [str(row["answer"])] * len(completions),
+                         problems=[row.get("problem")] * len(completions))
     verdicts: list[str | None] = []
     kept: set[str] = set()
     for text, g in zip(completions, grades, strict=True):

@@ -22,14 +22,14 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
 
-def cons_at_k(responses: list[str], gold: str) -> float:
+def cons_at_k(responses: list[str], gold: str, problem: str | None = None) -> float:
     """1.0 if the majority answer among ``responses`` is correct, else 0.0.
 
     Answers are extracted with ``extract_answer``; responses without one don't vote. Equivalent
     answers ("1/2", "0.5", "\\frac12") form one group: each answer joins the first group whose
     first answer is equivalent (``first_same_answer``; the comparisons run in parallel). The
     largest group wins; ties go to the group whose first member came first. The winner is graded
-    by grading its first response against ``gold``.
+    by grading its first response against ``gold`` (with ``problem``, the grader's echo rule applies).
     """
     groups: list[list[int]] = []  # indices into responses; groups[i][0] is the representative
     representatives: list[str] = []
@@ -48,7 +48,7 @@ def cons_at_k(responses: list[str], gold: str) -> float:
     if not groups:
         return 0.0
     winner = max(groups, key=lambda g: (len(g), -g[0]))
-    return 1.0 if is_correct(responses[winner[0]], gold) else 0.0
+    return 1.0 if is_correct(responses[winner[0]], gold, problem) else 0.0
 
 
 def summarize(per_problem_correct: Sequence[Sequence[bool]], ks: Iterable[int] = (1,)) -> dict:

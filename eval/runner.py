@@ -39,12 +39,14 @@ def prompt_builder(kind: str, tokenizer) -> Callable[[str], str]:
 def grade_samples(rows: list[dict], completions: list[list[dict]], target_lang: str = "en") -> list[dict]:
     """One record per (problem, sample) with correctness, format and language facts."""
     flat = [(row, i, c) for row, cs in zip(rows, completions, strict=True) for i, c in enumerate(cs)]
-    grades = grade_batch([c["text"] for _, _, c in flat], [row["answer"] for row, _, _ in flat])
+    grades = grade_batch([c["text"] for _, _, c in flat], [row["answer"] for row, _, _ in flat],
+                         problems=[row.get("problem") for row, _, _ in flat])
     records = []
     for (row, i, c), g in zip(flat, grades, strict=True):
         think = think_text(c["text"])
         records.append({
-            "id": row["id"], "sample": i, "answer": row["answer"], "completion": c["text"],
+            "id": row["id"], "sample": i, "problem": row.get("problem"), "answer": row["answer"],
+            "completion": c["text"],
             "pred": g.pred, "correct": g.correct, "reason": g.reason,
             "num_tokens": c["num_tokens"], "truncated": c["truncated"],
             "has_think": think is not None, "well_formed": is_well_formed(c["text"]),
@@ -68,7 +70,8 @@ def summarize(records: list[dict], k: int) -> dict:
         "samples": len(records),
         "k": k,
         "pass@1": sum(sum(r["correct"] for r in rs) / len(rs) for rs in by_id.values()) / n_prob,
-        f"cons@{k}": sum(cons_at_k([r["completion"] for r in rs], rs[0]["answer"]) for rs in by_id.values()) / n_prob,
+        f"cons@{k}": sum(cons_at_k([r["completion"] for r in rs], rs[0]["answer"], rs[0].get("problem"))
+                         for rs in by_id.values()) / n_prob,
         f"pass@{k}": sum(pass_at_k(len(rs), sum(r["correct"] for r in rs), k) for rs in by_id.values()) / n_prob,
         "mean_length_tokens": sum(r["num_tokens"] for r in records) / len(records),
         "truncated_rate": sum(r["truncated"] for r in records) / len(records),

@@ -132,7 +132,7 @@ def _tests_of(value) -> list[str]:
     return [str(t) for t in value]
 
 
-def _math_rewards(texts: list[str], golds: list[str]) -> list[float | None]:
+def _math_rewards(texts: list[str], golds: list[str], problems: list[str | None]) -> list[float | None]:
     out: list[float | None] = [None] * len(texts)
     parseable = {g: gold_is_parseable(g) for g in set(golds)}  # cached per gold string in eval.verify
     todo = [i for i, g in enumerate(golds) if parseable[g]]
@@ -143,7 +143,7 @@ def _math_rewards(texts: list[str], golds: list[str]) -> list[float | None]:
             if g not in _warned:
                 _warned.add(g)
                 log.warning("accuracy reward: gold answer %r cannot be parsed; its rows score None", g[:80])
-    grades = grade_batch([texts[i] for i in todo], [golds[i] for i in todo])
+    grades = grade_batch([texts[i] for i in todo], [golds[i] for i in todo], problems=[problems[i] for i in todo])
     for i, g in zip(todo, grades, strict=True):
         if g.reason == "gold_unparseable":  # decided by the full grader after all
             _count("gold_unparseable")
@@ -180,7 +180,8 @@ def _code_rewards(texts: list[str], tests: list) -> list[float | None]:
 def accuracy_reward(completions: Sequence, answer: Sequence[str] | None = None, **kwargs) -> list[float | None]:
     """Correctness, routed per row by the ``verifier`` column (``math`` when absent).
 
-    math: 1.0/0.0 against ``answer``; None when that gold cannot be parsed.
+    math: 1.0/0.0 against ``answer``; None when that gold cannot be parsed. The row's ``problem``
+    column, when there is one, is the question for the grader's echo rule.
     code: fraction of ``tests`` passed by the code in the answer region; None on a sandbox error
     or when the row has no tests.
     """
@@ -189,6 +190,7 @@ def accuracy_reward(completions: Sequence, answer: Sequence[str] | None = None, 
     answers = [None] * n if answer is None else list(answer)
     verifiers = [v or "math" for v in _column(kwargs, "verifier", n)]
     tests = _column(kwargs, "tests", n)
+    problems = _column(kwargs, "problem", n)
     out: list[float | None] = [None] * n
 
     unknown = sorted({v for v in verifiers if v not in ("math", "code")})
@@ -200,8 +202,9 @@ def accuracy_reward(completions: Sequence, answer: Sequence[str] | None = None, 
     if math_idx:
         if any(answers[i] is None for i in math_idx):
             raise ValueError("accuracy reward: a math row has no 'answer' column")
-        for i, r in zip(math_idx, _math_rewards([texts[i] for i in math_idx], [str(answers[i]) for i in math_idx]),
-                        strict=True):
+        rewards = _math_rewards([texts[i] for i in math_idx], [str(answers[i]) for i in math_idx],
+                                [problems[i] for i in math_idx])
+        for i, r in zip(math_idx, rewards, strict=True):
             out[i] = r
     if code_idx:
         for i, r in zip(code_idx, _code_rewards([texts[i] for i in code_idx], [tests[i] for i in code_idx]),

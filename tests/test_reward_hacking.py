@@ -73,7 +73,8 @@ def test_scripted_policies_earn_nothing_but_the_honest_one(rows, policy):
         "chat": [chat(a) for a in answers],
     }
     for name, batch in completions.items():
-        rewards = accuracy_reward(batch, answer=golds, verifier=["math"] * len(golds))
+        rewards = accuracy_reward(batch, answer=golds, verifier=["math"] * len(golds),
+                                  problem=[r["problem"] for r in rows])
         paid = [(a, g) for a, g, r in zip(answers, golds, rewards, strict=True) if r != expected]
         assert not paid, f"{policy} / {name}: {len(paid)} of {len(golds)} off, e.g. {paid[:3]}"
     if policy == "empty":  # no content: no format reward either
