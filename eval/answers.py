@@ -26,6 +26,8 @@ from data.templates import boxes
 
 __all__ = [
     "MAX_ANSWER_CHARS",
+    "LABEL",
+    "Extracted",
     "Number",
     "as_text",
     "extract",
@@ -39,6 +41,7 @@ __all__ = [
     "numbers_equal",
     "parse_number",
     "strip_unit_words",
+    "unit_conflict",
 ]
 
 # No real final answer is this long; longer ones are graded wrong without being parsed (a degenerate
@@ -49,32 +52,58 @@ MAX_ANSWER_CHARS = 1000
 # Extraction
 # --------------------------------------------------------------------------------------------
 
+# A leading "The final answer is", "Answer:", "####", in the benchmarks' languages.
 _PREFIX_RE = re.compile(
-    r"^(?:\*\*)?\s*(?:(?:the\s+)?(?:final\s+)?answer\b(?:\s+is)?\s*[:：]?|(?:最终)?答案\s*[是为]?\s*[:：]?)\s*(?:\*\*)?\s*",
+    r"^(?:\*\*)?\s*(?:#{2,4}|(?:the\s+)?(?:final\s+)?answer\b(?:\s+is)?\s*[:：]?|(?:最终)?答案\s*[是为]?\s*[:：]?"
+    r"|答え\s*[:：]|ответ\s*[:：]|antwort\s*[:：]|(?:die\s+)?antwort\s+ist|réponse\s*[:：]|la\s+réponse\s+est"
+    r"|(?:la\s+)?respuesta(?:\s+es)?\s*[:：]?|jibu\s*[:：]|คำตอบ\s*[:：]|উত্তর\s*[:：]|సమాధానం\s*[:：])\s*(?:\*\*)?\s*",
     re.IGNORECASE,
 )
 _DELIMITERS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"), ("**", "**"))
 _UNESCAPED_DOLLAR = re.compile(r"(?<!\\)\$")
-_HEDGE_RE = re.compile(r"\bor\b|and\s?/\s?or|\\lor\b|\\vee\b|或|还是", re.IGNORECASE)
-# What may stand between two boxes that offer alternatives: "\boxed{5} or \boxed{6}", "\boxed{5},
-# \boxed{6}", "\boxed{5} oder \boxed{6}".
-_BETWEEN_BOXES_HEDGE_RE = re.compile(
-    r"[\s,;/]*(?:\bor\b|and\s?/\s?or|\boder\b|\bou\b|\bo\b|\bили\b|या|または|或者?|还是|\\text\s*\{\s*or\s*\})?[\s,;/]*\$?",
-    re.IGNORECASE,
-)
+# Words that offer an alternative ("5 or 6", "\boxed{5} oder \boxed{6}"), in the benchmarks' languages.
+_OR_WORDS = (r"\bor\b|and\s?/\s?or|\\lor\b|\\vee\b|\beither\b|\bmaybe\b|\bperhaps\b|\balternatively\b|\bversus\b"
+             r"|\bvs\b|\boder\b|\bou\b|\boppure\b|\bveya\b|\bhoặc\b|\bили\b|या|または|或者?|还是|또는|หรือ")
+_HEDGE_RE = re.compile(_OR_WORDS, re.IGNORECASE)
+# Another number offered right next to the last box: "5 or \boxed{936}", "\boxed{936} or 5" (only
+# spaces, dollars, brackets or punctuation between), searched in a window of _HEDGE_WINDOW characters.
+# Worked solutions write "…, or \boxed{58}" for "that is": a word or the same number there is fine.
+_OR_BEFORE_BOX_RE = re.compile(rf"(?P<alt>[^\s$]*)[\s$,]*(?:{_OR_WORDS})[\s$(]*$", re.IGNORECASE)
+_OR_AFTER_BOX_RE = re.compile(rf"^[\s$).,]*(?:{_OR_WORDS})[\s$(]*(?P<alt>[^\s$,;]*)", re.IGNORECASE)
+_HEDGE_WINDOW = 40
+_MAX_BOXES = 20
 # A sign-off some prompt templates teach ("… is $5$. I hope it is correct.").
 _SIGN_OFF = "i hope it is correct"
 
 
-def _answer_region(response: str) -> str:
+@dataclass(frozen=True)
+class Extracted:
+    """What a response answers: ``answer`` (see :func:`extract_answer`), every box of its answer
+    region (``boxed``, in order) and whether it offers alternatives (``hedged``)."""
+
+    answer: str | None
+    boxed: tuple[str, ...] = ()
+    hedged: bool = False
+
+
+def _answer_region(response: str) -> tuple[str | None, bool]:
+    """(the answer region, whether it holds two different ``<answer>`` blocks); None for a region
+    that closes an answer block it never opened (a ``</think>`` inside ``<answer>…</answer>``)."""
     think = response.rfind("</think>")
     after = think + len("</think>") if think != -1 else 0  # an <answer> inside the thinking is no answer
-    end = response.rfind("</answer>", after)
-    if end != -1:
-        start = response.rfind("<answer>", after, end)
-        if start != -1:
-            return response[start + len("<answer>") : end]
-    return response[after:].replace("<answer>", " ").replace("</answer>", " ")
+    blocks, pos = [], after
+    while (start := response.find("<answer>", pos)) != -1:  # str.find, not a regex: linear
+        end = response.find("</answer>", start)
+        if end == -1:
+            break
+        blocks.append(response[start + len("<answer>") : end])
+        pos = end + len("</answer>")
+    first_close = response.find("</answer>", after)
+    if first_close != -1 and response.find("<answer>", after, first_close) == -1:
+        return None, False
+    if blocks:
+        return blocks[-1], len({" ".join(b.split()) for b in blocks}) > 1
+    return response[after:].replace("<answer>", " ").replace("</answer>", " "), False
 
 
 def _trim(text: str) -> str:
@@ -84,6 +113,8 @@ def _trim(text: str) -> str:
     for _ in range(2):  # "Final answer: The final answer is 12"
         s = _PREFIX_RE.sub("", s, count=1).strip()
     s = s.rstrip(" \t\n.。").strip()
+    if s.endswith("**") and not s.startswith("**"):  # "**Answer: 18**" lost its opening ** above
+        s = s[:-2].rstrip(" .。").strip()
     for left, right in _DELIMITERS:
         if len(s) >= len(left) + len(right) and s.startswith(left) and s.endswith(right):
             inner = s[len(left) : len(s) - len(right)]
@@ -94,24 +125,39 @@ def _trim(text: str) -> str:
     return s
 
 
-def extract(response: str) -> tuple[str | None, bool]:
-    """The answer (see :func:`extract_answer`) and whether the last two boxes are offered as
-    alternatives (nothing but "or", a comma or a space between them)."""
+def extract(response: str) -> Extracted:
+    """The answer of a response (see :func:`extract_answer`), with every box of its region, and
+    whether it offers alternatives: two different boxes or ``<answer>`` blocks, or an "or" (in
+    any of the benchmarks' languages) next to the last box."""
     if not isinstance(response, str):
-        return None, False
-    region = _answer_region(response)
+        return Extracted(None)
+    region, two_blocks = _answer_region(response)
+    if region is None:
+        return Extracted(None)
     found = boxes(region)
-    boxed_hedge = False
+    hedged = two_blocks
+    contents: tuple[str, ...] = ()
     if found:
         start, content_start, content_end = found[-1]
+        if len(found) > _MAX_BOXES:  # a degenerate region: no answer worth reading
+            return Extracted(None, (), True)
+        contents = tuple(_trim(region[a:b]) for _, a, b in found)
         answer = region[content_start:content_end]
-        if len(found) > 1:
-            between = region[found[-2][2] + 1 : start]
-            boxed_hedge = len(between) < 40 and bool(_BETWEEN_BOXES_HEDGE_RE.fullmatch(between))
+        nearby = (_OR_BEFORE_BOX_RE.search(region[max(0, start - _HEDGE_WINDOW) : start]),
+                  _OR_AFTER_BOX_RE.search(region[content_end + 1 : content_end + 1 + _HEDGE_WINDOW]))
+        other_number = any(m is not None and _other_number(m.group("alt"), contents[-1]) for m in nearby)
+        hedged = hedged or other_number or len({" ".join(c.split()) for c in contents}) > 1
     else:
         answer = region
     answer = _trim(answer)
-    return (answer or None), boxed_hedge
+    return Extracted(answer or None, contents, hedged)
+
+
+def _other_number(alt: str, boxed: str) -> bool:
+    """Whether ``alt`` is a number, and not the boxed one ("1\\frac{1}{4}$, or $\\boxed{1.25}$" is
+    one number written twice)."""
+    x, y = parse_number(normalize(alt)), parse_number(normalize(boxed))
+    return x is not None and (y is None or x.value is None or x.value != y.value)
 
 
 def extract_answer(response: str) -> str | None:
@@ -119,7 +165,8 @@ def extract_answer(response: str) -> str | None:
 
     1. Answer region: the text after the last ``</think>`` (the whole response if there is none); in
        it, the content of the last complete ``<answer>…</answer>`` block if there is one. Stray
-       ``<answer>``/``</answer>`` tags left in the region (a truncated ``<answer>12``) are removed.
+       ``<answer>``/``</answer>`` tags left in the region (a truncated ``<answer>12``) are removed; a
+       region that closes a block it never opened has no answer.
     2. In the region: the content of the last *balanced* ``\\boxed{…}`` (``\\fbox``, ``\\framebox``
        too; an unclosed box is skipped). Without one, the region itself.
     3. Trimming: surrounding whitespace; a trailing "I hope it is correct."; a leading "The final
@@ -128,7 +175,7 @@ def extract_answer(response: str) -> str | None:
        ``$$…$$``, ``\\(…\\)``, ``\\[…\\]`` or ``**…**``.
     4. Empty after trimming (an empty box included) → None.
     """
-    return extract(response)[0]
+    return extract(response).answer
 
 
 # --------------------------------------------------------------------------------------------
@@ -145,7 +192,9 @@ _WS_RE = re.compile(r"\s+")
 _DELIMITER_SIZE_RE = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr)(?:\.|\b)")
 _SQRT_RE = re.compile(r"√ ?(\d+)")
 _REPLACEMENTS = (("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\!", ""), ("−", "-"), ("∞", "\\infty"),
-                 ("\\textdegree", "^\\circ"), ("℃", "°C"), ("℉", "°F"), ("\\textdollar", "\\$"))
+                 ("\\textdegree", "^\\circ"), ("℃", "°C"), ("℉", "°F"), ("\\textdollar", "\\$"), ("％", "%"),
+                 ("½", "\\frac{1}{2}"), ("⅓", "\\frac{1}{3}"), ("⅔", "\\frac{2}{3}"), ("¼", "\\frac{1}{4}"),
+                 ("¾", "\\frac{3}{4}"))
 
 
 def _outer_braces_removed(s: str) -> str:
@@ -195,45 +244,64 @@ def _frac_args(num: str, den: str) -> str:
 # decimal, then a decimal or integer with an optional scientific exponent.
 _CORE_RE = re.compile(
     rf"(?P<whole>{_INT}) ?\\frac ?{_frac_args('mnum', 'mden')}"
+    r"|(?P<pwhole>\d+) (?P<pnum>\d+)/(?P<pden>\d+)"  # 137 1/2
     rf"|\\frac ?{_frac_args('fnum', 'fden')}"
     r"|(?P<snum>\d+) ?/ ?(?P<sden>\d+)"
     r"|(?P<rint>\d*)\.(?P<rfix>\d*) ?\\overline ?\{ ?(?P<rrep>\d+) ?\}"
     rf"|(?P<mant>{_INT}(?:\.\d+)?|\.\d+)"
     r"(?: ?(?:\\times|\\cdot|×) ?10 ?\^ ?(?:\{ ?(?P<exp>[+-]?\d+) ?\}|(?P<exp1>\d))|[eE](?P<eexp>[+-]?\d+))?"
 )
-# A label before the number: a variable, "x =", "x_1 =", "\theta =" (not any command: "\ne =").
+# A label before the number, naming what it is: "x =", "x_1 =", "\theta =", "m+n =", "f(5) =", "AB =",
+# "|z| =", "\angle A =", "(a,b,c) =" (but not any command: "\ne =", and no arithmetic: "2+3 =").
 _GREEK = ("alpha|beta|gamma|delta|epsilon|varepsilon|zeta|eta|theta|vartheta|iota|kappa|lambda|mu|nu|xi|"
           "pi|rho|sigma|tau|upsilon|phi|varphi|chi|psi|omega|Gamma|Delta|Theta|Lambda|Xi|Pi|Sigma|Phi|Psi|Omega")
-_LABEL_RE = re.compile(rf"(?:[A-Za-z]|\\(?:{_GREEK})\b)(?:_\{{?\w+\}}?)? ?= ?")
-_CURRENCY = r"\\\$|\$|€|£|¥|₹"
+_NAME = rf"(?:(?:\\angle ?)?[A-Za-z]{{1,3}}|\\(?:{_GREEK})\b)(?:_\{{?\w+\}}?)?(?:\([^()=]{{0,20}}\))?"
+_LABEL = rf"(?:{_NAME}|\|{_NAME}\|)(?: ?[+-] ?(?:{_NAME}|\|{_NAME}\|))*|\((?:{_NAME})(?: ?, ?{_NAME})+\)"
+LABEL = _LABEL  # for eval.verify's symbolic labels
+_LABEL_RE = re.compile(rf"(?:{_LABEL}) ?= ?")
+_CURRENCY = r"\\\$|\$|€|£|¥|₹|¢"
 _SIGN_CURRENCY_RE = re.compile(rf"(?P<s1>[+-]?) ?(?:{_CURRENCY})? ?(?P<s2>[+-]?) ?")
 _POWER = r"(?:\^ ?\{?[23]\}?|[²³])?"  # cm^2, \text{ m}^3, m²
 # One unit symbol after the number, with the space before it: percent, currency, degrees (°C too),
 # or "/" between two units (km/h, \text{m}/\text{s}).
 _UNIT_SYMBOL_RE = re.compile(
-    rf" ?(?:\\%|%|{_CURRENCY}|(?:\^ ?\{{? ?\\circ ?\}}?|°|\\degree\b) ?[CF]?(?![A-Za-z])|/)"
+    rf" ?(?:\\%|%|{_CURRENCY}|(?:\^ ?\{{? ?\\circ ?\}}?|°|\\degree\b) ?[CF]?(?![A-Za-z])|/|_ ?\{{? ?10 ?\}}?)"
 )
 # A \text{...} label (its words are checked like plain words), or a plain word.
-_TEXT_UNIT_RE = re.compile(rf"( ?)\\(?:text|mbox|mathrm|textrm|textbf|textit|operatorname) ?\{{([^{{}}]*)\}}{_POWER}")
-_WORD_RE = re.compile(r"( ?)([^\s\\/^{}$%]+)")
+_TEXT_UNIT_RE = re.compile(rf"( ?)\\(?:text|mbox|mathrm|textrm|textbf|textit|operatorname) ?\{{([^{{}}]*)\}}({_POWER})")
+_WORD_RE = re.compile(r"( ?)[(（]?([^\s\\/^{}$%()（）]+)[)）]?(?P<power>\^ ?\{?[23]\}?)?")
 _WORD_POWER_RE = re.compile(r"(?:\^ ?\{?[23]\}?|[²³])$")
 # Words after a number that make it prose, a hedge or another value, not a unit: function words,
-# hedges and judgements ("5 or so", "5 is wrong"), number words and multipliers ("5 thousand",
-# "5 dozen", "5 squared"), in English and the commonest other languages.
+# hedges and judgements ("5 or so", "5 is wrong", "5 guess"), number words and multipliers ("5
+# thousand", "5 dozen", "5 squared", "5 tenths"), in English and the commonest other languages.
 _NOT_UNITS = frozenset(
     "a an the is are was were be it its this that which or and nor not no yes but then than otherwise else "
-    "maybe perhaps probably possibly approximately approx about around roughly nearly almost exactly only "
+    "maybe perhaps probably possibly likely unlikely approximately approx about around roughly nearly almost "
+    "exactly only guess guessed unsure est estimate estimated ish sorry typo never etc "
     "answer answers final result so thus hence therefore because if of for to from in on at by with as "
     "plus minus times over divided equals equal mod modulo squared cubed factorial power root th st nd rd "
-    "wrong right correct incorrect true false none nothing unknown undefined infinity "
+    "wrong right correct incorrect true false none nothing unknown undefined infinity reciprocal inverse "
+    "negative positive more less bc bce bps permille basis percentile percentiles "
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
     "seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred hundreds "
     "thousand thousands million millions billion billions trillion trillions dozen dozens score gross half "
-    "halves third thirds quarter quarters lakh crore bn "
-    "oder und nicht ou et pas non o y e ni или и не या और नहीं หรือ または 또는 au na".split()
+    "halves third thirds quarter quarters tenth tenths hundredth hundredths thousandth thousandths lakh "
+    "crore bn "
+    "oder und nicht ou et pas non o y e ni au na ó oppure veya hoặc "
+    "eins zwei drei vier fünf sechs sieben acht neun zehn un une deux trois quatre cinq six sept huit neuf dix "
+    "uno una dos tres cuatro cinco seis siete ocho nueve diez mil mille tausend millionen million "
+    "или и не тысяч тысячи тысяча миллион миллиона один два три четыре пять шесть семь восемь девять десять "
+    "या और नहीं हजार हज़ार लाख करोड़ หรือ พัน หมื่น แสน ล้าน または 또는 천 만 억".split()
 )
-# Characters of other scripts that are numbers, multipliers, negations or "or" (一, 万, 不, 或 …).
-_NOT_UNIT_CHARS = frozenset("零〇一二两三四五六七八九十百千万亿兆半不没非无或和与还是对错约")
+# Units and measure words of scripts written without spaces (a number followed by anything else in
+# them, such as 万 or 不对, is no number): Chinese, Japanese, Korean.
+_CJK_UNITS = frozenset(
+    "个 元 角 分 块 米 厘米 毫米 分米 千米 公里 平方米 平方厘米 平方分米 平方千米 立方米 立方厘米 立方分米 克 千克 公斤 斤 "
+    "吨 升 毫升 秒 分钟 小时 时 天 日 周 星期 月 年 岁 人 名 位 只 头 条 本 张 支 枝 辆 棵 朵 件 次 页 道 题 盒 箱 "
+    "袋 瓶 杯 碗 双 套 台 把 根 粒 颗 间 层 场 份 组 节 排 行 号 度 倍 元钱 块钱 公顷 亩 "
+    "個 円 枚 匹 冊 回 歳 杯 台 冊 人 本 개 명 원 살 마리 권 번 시간 분 초".split()
+)
+_CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _MAX_UNIT_WORDS = 3
 _MAX_DIGITS = 1000  # integers longer than this are compared by their digits, not as Fractions
 
@@ -261,19 +329,41 @@ def _unwrap(s: str) -> str:
     return s
 
 
+_UNIT_KINDS = (
+    ("degree", re.compile(r"\\circ|°|\\degree|\bdeg(?:ree)?s?\b", re.I)),
+    ("radian", re.compile(r"\brad(?:ian)?s?\b", re.I)),
+    ("dollar", re.compile(r"\\\$|\$|\bdollars?\b", re.I)),
+    ("cent", re.compile(r"¢|\bcents?\b", re.I)),
+)
+_CONFLICTS = {("degree", "radian"), ("radian", "degree"), ("dollar", "cent"), ("cent", "dollar")}
+
+
+def unit_conflict(gold: str, pred: str) -> bool:
+    """Whether ``pred`` states a unit that contradicts the gold's: radians for degrees, dollars for
+    cents (``30 \\text{ radians}`` is no answer to ``30^\\circ``)."""
+    g = {kind for kind, pattern in _UNIT_KINDS if pattern.search(gold)}
+    p = {kind for kind, pattern in _UNIT_KINDS if pattern.search(pred)}
+    return any((a, b) in _CONFLICTS and b not in g for a in g for b in p)
+
+
 def _is_word(token: str) -> bool:
     """Letters and combining marks only, not Greek (π is math), parts joined by ``.`` or ``'``."""
     parts = [p for p in re.split(r"[.']", token) if p]
-    return bool(parts) and all(unicodedata.category(ch)[0] in "LM" and not "\u0370" <= ch <= "\u03ff"
-                               for part in parts for ch in part)
+    return bool(parts) and all(unicodedata.category(part[0])[0] == "L" for part in parts) and all(
+        unicodedata.category(ch)[0] in "LM" and not "\u0370" <= ch <= "\u03ff" for part in parts for ch in part)
 
 
-def _unit_word(word: str, spaced: bool) -> bool:
-    """Whether ``word`` (one token after the number) may be a unit: a word, none of :data:`_NOT_UNITS`
-    or :data:`_NOT_UNIT_CHARS`; a lone Latin letter only for m, g, s, h, L after a space ("5x",
-    "5i", "5n" are math); a lone letter of another script is one (元, 个)."""
+def _unit_word(word: str, spaced: bool, powered: bool = False) -> bool:
+    """Whether ``word`` (one token after the number) may be a unit: a word, not one of
+    :data:`_NOT_UNITS` ("in" only as a power: ``in^2``); in Chinese, Japanese or Korean one of
+    :data:`_CJK_UNITS`; a lone Latin letter only for m, g, s, h, L after a space ("5x", "5i", "5n"
+    are math)."""
     word = word.rstrip(".")
-    if not _is_word(word) or word.lower() in _NOT_UNITS or any(ch in _NOT_UNIT_CHARS for ch in word):
+    if not _is_word(word):
+        return False
+    if _CJK_RE.search(word):
+        return word in _CJK_UNITS
+    if word.lower() in _NOT_UNITS and not (powered and word.lower() == "in"):
         return False
     if len(word) == 1 and word.isascii():
         return spaced and word in "mgshL"
@@ -293,7 +383,7 @@ def _only_units(rest: str) -> bool:
         m = _TEXT_UNIT_RE.match(rest, pos)
         if m is not None:
             tokens = m.group(2).replace("/", " ").split()
-            if not tokens or not all(_unit_word(t, True) for t in tokens):
+            if not tokens or not all(_unit_word(t, True, powered=bool(m.group(3))) for t in tokens):
                 return False
             words += len(tokens)
         else:
@@ -301,7 +391,8 @@ def _only_units(rest: str) -> bool:
             if m is None:
                 return rest[pos:].strip() == ""
             spaced = bool(m.group(1)) or rest[pos - 1 : pos] == "/"  # "5 m", "5 km/h"
-            if not _unit_word(_WORD_POWER_RE.sub("", m.group(2)), spaced=spaced):
+            word = _WORD_POWER_RE.sub("", m.group(2))
+            if not _unit_word(word, spaced=spaced, powered=bool(m.group("power")) or word != m.group(2)):
                 return False
             words += 1
         if words > _MAX_UNIT_WORDS:
@@ -333,8 +424,10 @@ def parse_number(answer: str) -> Number | None:
     if all(signs):  # "-\$-5"
         return None
     s = _unwrap(s[prefix.end() :])
-    core = _CORE_RE.match(s)
-    if core is None or not _only_units(s[core.end() :]):
+    inner = re.match(r"\( ?([^()]*?) ?\)", s)  # "(\frac{270}{7})^\circ": a number in parentheses, then units
+    core = _CORE_RE.fullmatch(inner.group(1)) if inner else _CORE_RE.match(s)
+    end = inner.end() if inner else (core.end() if core else 0)
+    if core is None or not _only_units(s[end:]):
         return None
     return _value(core, -1 if "-" in signs else 1)
 
@@ -350,6 +443,11 @@ def _value(m: re.Match, sign: int) -> Number | None:
             return None
         return Number(sign * Fraction(num, den), "", 0, "fraction", math.gcd(num, den) == 1)
 
+    if m.group("pwhole") is not None:
+        num, den = int(m.group("pnum")), int(m.group("pden"))
+        if not 0 < num < den:
+            return None
+        return Number(sign * (int(m.group("pwhole")) + Fraction(num, den)), "", 0, "mixed")
     if m.group("whole") is not None:
         num, den = pair("mnum", "mden")
         if not 0 < num < den:  # "2\frac{5}{3}" and "2\frac{0}{3}" are not mixed numbers
@@ -464,14 +562,20 @@ def is_hedged(pred: str) -> bool:
 
 
 def has_prose(s: str) -> bool:
-    """Words outside LaTeX commands and ``\\text{}`` labels: a run of three Latin letters, or any
-    Cyrillic, Indic, Thai or CJK character."""
-    return bool(_PROSE_RE.search(_COMMAND_RE.sub(" ", _TEXT_CMD_RE.sub(" ", s))))
+    """Words outside LaTeX commands (inside ``\\text{…}`` too: ``2\\sqrt{2} \\text{ not } 3\\sqrt{2}``):
+    a run of three Latin letters, or any Cyrillic, Indic, Thai or CJK character. Strip a trailing
+    unit first (:func:`strip_unit_words`)."""
+    return bool(_PROSE_RE.search(_COMMAND_RE.sub(" ", _TEXT_CMD_RE.sub(r" \1 ", s))))
 
 
 def strip_unit_words(s: str) -> str:
-    """``s`` without up to three trailing plain unit words ("480 + 480\\sqrt{3} feet" → the
-    expression), when something is left and none of them is prose; else ``s`` unchanged."""
+    """``s`` without a trailing unit: up to three plain unit words, or one ``\\text{…}`` label of unit
+    words ("480 + 480\\sqrt{3} feet", "480 + 480\\sqrt{3}\\text{ feet}" → the expression), when
+    something is left; else ``s`` unchanged."""
+    label = _TRAILING_TEXT_RE.search(s[-200:])
+    if label and all(_unit_word(t, True, bool(label.group(2))) for t in label.group(1).replace("/", " ").split()):
+        rest = s[: len(s) - len(label.group(0))].strip()
+        return rest or s
     tokens = s.split(" ")
     kept = len(tokens)
     while kept > 1 and len(tokens) - kept < _MAX_UNIT_WORDS:
@@ -482,11 +586,16 @@ def strip_unit_words(s: str) -> str:
     return " ".join(tokens[:kept]) if kept < len(tokens) else s
 
 
+_TRAILING_TEXT_RE = re.compile(r"\\(?:text|mbox|mathrm) ?\{([^{}\d]*)\}(\^ ?\{?[23]\}?)?$")
+
+
 def as_text(s: str) -> str | None:
-    """Lower-cased words if the answer is plain text (``\\text{(C)}`` → "c"), else None."""
+    """Lower-cased words if the answer is plain text (``\\text{(C)}`` → "c"; a leading article
+    dropped: "an ellipse" → "ellipse"), else None."""
     t = _TEXT_CMD_RE.sub(r"\1", s).strip()
     if t.startswith("(") and t.endswith(")"):
         t = t[1:-1].strip()
+    t = re.sub(r"^(?:a|an|the) (?=[A-Za-z]{2})", "", t, flags=re.IGNORECASE)
     if not re.fullmatch(r"[A-Za-z]+(?: [A-Za-z]+)*", t):
         return None
     if len(t) == 1 and t.lower() not in "abcde":  # a lone x or i is more likely math than a choice

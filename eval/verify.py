@@ -87,7 +87,9 @@ from dataclasses import dataclass
 
 from eval import verify_pool
 from eval.answers import (
+    LABEL,
     MAX_ANSWER_CHARS,
+    Number,
     as_text,
     extract,
     extract_answer,
@@ -100,6 +102,7 @@ from eval.answers import (
     numbers_equal,
     parse_number,
     strip_unit_words,
+    unit_conflict,
 )
 from eval.verify_pool import DEFAULT_WORKERS, shutdown
 
@@ -141,13 +144,15 @@ _CANON_RE = re.compile(r"(?<!\d)\s+|\s+(?!\d)|\\left\b|\\right\b|(?<!\\)\\[,;:! 
 _UNESCAPED_DOLLAR = re.compile(r"(?<!\\)\$")
 _TRAILING_VARIABLE_RE = re.compile(r"([-+*/=^(] ?)([A-Za-z])$")
 # "x = …", "x_1 = …", "f(x) = …", and "x \in …" (a set or an interval).
-_ASSIGNMENT_RE = re.compile(r" ?[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?(?:\([A-Za-z, ]*\))? ?= ?(?P<rhs>[^=]+)")
+_ASSIGNMENT_RE = re.compile(rf" ?(?:{LABEL}) ?= ?(?P<rhs>[^=]+)")
 _MEMBERSHIP_RE = re.compile(r" ?[A-Za-z] ?\\in\b ?(?P<rhs>.+)")
 _IN_RE = re.compile(r"\\in\b")
 _BASE_RE = re.compile(r"(?P<digits>[0-9A-Za-z]+) ?_ ?\{? ?(?P<base>\d+) ?\}?")  # 1011_2, 25_{6}
 _FRAC_SHORT_RE = re.compile(r"\\frac ?(\d) ?(\d)")
 _RELATION_SPLIT_RE = re.compile(r"\\(?:le|ge|lt|gt|leq|geq)\b|[<>≤≥]|\\cup|\\cap|\bor\b|\band\b|,")
 _PM_RE = re.compile(r"\\(?:pm|mp) ?")
+_CHOICE_RE = re.compile(r"(?:\\text(?:bf)? ?\{ ?)?\(([A-Ea-e])\)")
+_ALTERNATIVES_RE = re.compile(r"\\text ?\{ ?or ?\}| or |,", re.IGNORECASE)
 _VARIABLE_RE = re.compile(r"[A-Za-z]")
 
 
@@ -193,19 +198,73 @@ def _tower_depth(s: str) -> int:
     return best
 
 
-def _echoes(pred: str, problem: str) -> bool:
-    """Whether ``pred`` is written, as it is, in the problem (with no letter or digit glued to it on
-    either side): an answer that copies the question's own expression."""
-    if not problem or len(pred) < 2:
+@dataclass(frozen=True)
+class _Question:
+    """What the echo rule needs to know of a problem: its canonical text, the token multisets of its
+    math (``$…$``, ``\\(…\\)``, ``\\[…\\]`` spans; the whole text if it has none) and the values of the
+    numbers it writes. ``[asy]`` drawings are left out (their coordinates are no expressions)."""
+
+    canon: str
+    spans: tuple[tuple[str, ...], ...]
+    values: frozenset
+
+
+_ASY_RE = re.compile(r"\[asy\].*?\[/asy\]", re.S)
+_MATH_SPAN_RE = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
+_TOKEN_RE = re.compile(r"\\[A-Za-z]+|\d+(?:\.\d+)?|[A-Za-z]|[-+*/^=<>≤≥|]")
+_SILENT_TOKENS = frozenset({"\\left", "\\right", "\\cdot", "\\displaystyle", "\\mathrm", "\\text"})
+_TOKEN_ALIASES = {"\\frac": "/", "\\over": "/", "\\leq": "\\le", "\\geq": "\\ge", "≤": "\\le", "≥": "\\ge",
+                  "\\times": "*", "\\dfrac": "/", "\\tfrac": "/"}
+_PROBLEM_NUMBER_RE = re.compile(r"\\frac ?\{ ?\d+ ?\} ?\{ ?\d+ ?\}|\d+ ?/ ?\d+|\d*\.\d+|\d+")
+
+
+def _tokens(s: str) -> tuple[str, ...]:
+    """The tokens of an expression in order, spacing, braces, ``\\left``/``\\right`` and ``\\cdot``
+    aside (``\\frac`` and ``/`` are one token, ``\\leq`` is ``\\le``)."""
+    return tuple(_TOKEN_ALIASES.get(t, t) for t in _TOKEN_RE.findall(s) if t not in _SILENT_TOKENS)
+
+
+@functools.lru_cache(maxsize=4096)
+def _question(problem: str) -> _Question:
+    text = normalize(_ASY_RE.sub(" ", problem[: 20 * MAX_ANSWER_CHARS]))
+    spans = [next(g for g in m.groups() if g is not None) for m in _MATH_SPAN_RE.finditer(text)] or [text]
+    values = set()
+    for m in _PROBLEM_NUMBER_RE.finditer(text):
+        number = parse_number(m.group(0))
+        if number is not None and number.value is not None:
+            values.add(number.value)
+    return _Question(_canon(text), tuple(tuple(sorted(_tokens(span))) for span in spans), frozenset(values))
+
+
+def _echoes(pred: str, question: _Question | None) -> bool:
+    """Whether ``pred`` copies an expression of the question: written there as it is (no letter or
+    digit glued to it on either side), or with the same tokens as one of its math spans in another
+    order or spacing (``10+ab+5b+2a`` for ``$ab+5b+2a+10$``, ``x^{2}-5x-4\\leq 10``)."""
+    if question is None:
         return False
-    start = problem.find(pred)
+    canon = _canon(pred)
+    start = question.canon.find(canon) if len(canon) >= 2 else -1
     while start != -1:
-        before = problem[start - 1 : start]
-        after = problem[start + len(pred) : start + len(pred) + 1]
+        before = question.canon[start - 1 : start]
+        after = question.canon[start + len(canon) : start + len(canon) + 1]
         if not (before.isalnum() or after.isalnum() or after in ("^", "_", "{")):
             return True
-        start = problem.find(pred, start + 1)
-    return False
+        start = question.canon.find(canon, start + 1)
+    tokens = sorted(_tokens(pred))
+    return len(tokens) >= 3 and tuple(tokens) in question.spans
+
+
+def _number_echo(pred: Number, gold: Number, question: _Question | None) -> bool:
+    """A number the question writes, given back in another form than the gold's (``\\frac{3}{20}``
+    for "Express $\\frac{3}{20}$ as a decimal"), or as an unreduced fraction (``84/144`` for "Simplify
+    $\\frac{84}{144}$"). A whole number counts as an integer whatever its form (``6.00``)."""
+    if question is None or pred.value not in question.values:
+        return False
+
+    def form(n: Number) -> str:
+        return "integer" if n.value is not None and n.value.denominator == 1 else n.form
+
+    return form(pred) != form(gold) or not pred.lowest_terms
 
 
 def _base_number(pred: str, gold: str) -> str | None:
@@ -238,16 +297,15 @@ def _atoms_written_out(pred: str) -> bool:
     return True
 
 
-def _decide(pred: str, gold: str, multi: bool, problem: str = "") -> str | None:
+def _decide(pred: str, gold: str, multi: bool, question: _Question | None = None) -> str | None:
     """'correct'/'wrong' when the rules decide in-process, else None (math-verify decides).
-    ``problem`` is the question, canonicalised (see the echo rule in the module docstring)."""
+    ``question``: for the echo rule (see the module docstring)."""
     if _canon(pred) == _canon(gold):
         return "correct"
-    echo = _echoes(_canon(pred), problem)
     gold_num = None if multi else parse_number(gold)
     if gold_num is not None:
         pred_num = parse_number(pred)
-        if pred_num is None or (echo and (pred_num.form != gold_num.form or not pred_num.lowest_terms)):
+        if pred_num is None or _number_echo(pred_num, gold_num, question) or unit_conflict(gold, pred):
             return "wrong"
         return "correct" if numbers_equal(gold_num, pred_num) else "wrong"
     base = _base_number(pred, gold)
@@ -255,8 +313,12 @@ def _decide(pred: str, gold: str, multi: bool, problem: str = "") -> str | None:
         return base
     gold_text = as_text(gold)
     if gold_text is not None:
-        return "correct" if as_text(pred) == gold_text else "wrong"
-    if echo:
+        pred_text = as_text(pred)
+        choice = _CHOICE_RE.match(pred)
+        if len(gold_text) == 1 and choice and not _CHOICE_RE.search(pred, choice.end()):
+            pred_text = choice.group(1).lower()  # "(C) Plane" answers (C)
+        return "correct" if pred_text == gold_text else "wrong"
+    if _echoes(pred, question):
         return "wrong"
     if number_atoms(gold) is not None:
         if not _atoms_written_out(pred):
@@ -268,9 +330,20 @@ def _decide(pred: str, gold: str, multi: bool, problem: str = "") -> str | None:
     return None
 
 
+def _one_number_written_twice(pred: str, boxed: tuple[str, ...]) -> str | None:
+    """``\\frac{1}{2} \\text{ or } 0.5``: alternatives that are all the same number are no hedge; that
+    number, else None."""
+    parts = [normalize(p) for p in (boxed if len(boxed) > 1 else _ALTERNATIVES_RE.split(pred))]
+    numbers = [parse_number(p) for p in parts if p]
+    if len(numbers) < 2 or any(n is None or n.value is None for n in numbers):
+        return None
+    return parts[0] if all(n.value == numbers[0].value for n in numbers) else None
+
+
 def _prepare(response: str, gold: str, problem: str | None = None) -> Grade | tuple[str | None, tuple]:
     """A final Grade, or (pred, worker job) when math-verify has to decide."""
-    pred, boxed_hedge = extract(response)
+    extracted = extract(response)
+    pred = extracted.answer
     gold_n = normalize(gold) if isinstance(gold, str) else ""
     if not gold_n or len(gold_n) > MAX_ANSWER_CHARS:
         return Grade(False, "gold_unparseable", pred)
@@ -283,12 +356,19 @@ def _prepare(response: str, gold: str, problem: str | None = None) -> Grade | tu
         return Grade(False, "no_answer", pred)
     multi = parse_number(gold_n) is None and is_multi_valued(gold_n)  # "31,250" is one number
     if multi:
+        if len(extracted.boxed) > 1:  # "\boxed{3} and \boxed{-3}" answers "3, -3"
+            pred_n = normalize(", ".join(extracted.boxed))
         gold_n, pred_n = list_words_to_commas(gold_n), list_words_to_commas(pred_n)
-    elif boxed_hedge or is_hedged(pred_n):
-        return Grade(False, "hedged", pred)
-    pred_n = _drop_assignment(pred_n, gold_n)
-    problem_c = _canon(normalize(problem)) if isinstance(problem, str) else ""
-    verdict = _decide(pred_n, gold_n, multi, problem_c)
+        pred_n = ",".join(_drop_assignment(atom, gold_n) for atom in pred_n.split(","))  # "x = 1, x = -2"
+    elif extracted.hedged or is_hedged(pred_n):
+        same = _one_number_written_twice(pred_n, extracted.boxed)
+        if same is None:
+            return Grade(False, "hedged", pred)
+        pred_n = same
+    if as_text(gold_n) is None:  # "z = c" is no answer (C)
+        pred_n = _drop_assignment(pred_n, gold_n)
+    question = _question(problem) if isinstance(problem, str) and problem else None
+    verdict = _decide(pred_n, gold_n, multi, question)
     if verdict is not None:
         return Grade(verdict == "correct", verdict, pred)
     return pred, ("grade", (_parse_forms(gold_n), _parse_forms(strip_unit_words(pred_n))))
