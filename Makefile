@@ -8,7 +8,7 @@ R1 := .venv/bin/r1
 STAMP := .venv/.installed-$(shell cat pyproject.toml constraints/cpu.txt | sha256sum | cut -c1-12)
 RUN_FLAGS := --recipe $(RECIPE) $(if $(RESUME),--resume) $(if $(RESTART),--restart) $(foreach s,$(SET),--set $(s))
 
-.PHONY: help setup setup-gpu test faults test-all lint base compare-losses stage1 stage2 stage3 stage4 distill distill-rl eval report pipeline status clean
+.PHONY: help setup setup-gpu test faults test-all lint base compare-losses stage1 stage2 stage3 stage4 distill distill-rl eval findings report pipeline status clean
 
 help:
 	@grep -E '^[a-z0-9-]+:.*## ' Makefile | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -49,12 +49,16 @@ distill-rl: setup ## the control of distillation: stage-1 RL on the student's ba
 compare-losses: setup ## stage 1 once per GRPO loss type (grpo, dr_grpo, dapo) from the base; one figure
 	$(PY) scripts/compare_loss_types.py --recipe $(RECIPE) $(foreach s,$(SET),--set $(s))
 
-eval: setup ## evaluate: make eval MODEL=path BENCH=task,gsm8k K=4 LIMIT=20
+eval: setup ## evaluate: make eval MODEL=path BENCH=task,gsm8k K=4 LIMIT=20 [SPLIT=val]
 	$(R1) eval --recipe $(RECIPE) $(if $(MODEL),--model $(MODEL)) --bench $(or $(BENCH),task) \
-		$(if $(K),--k $(K)) $(if $(LIMIT),--limit $(LIMIT))
+		$(if $(K),--k $(K)) $(if $(LIMIT),--limit $(LIMIT)) $(if $(SPLIT),--split $(SPLIT))
 
 status: setup ## print the chain of manifests of runs/$(RECIPE)
 	$(R1) status runs/$(RECIPE)
+
+findings: setup ## after the pipeline: the extra seeds and variants every verdict needs, then the report
+	$(R1) findings --recipe $(RECIPE) $(if $(RESTART),--restart) $(foreach s,$(SET),--set $(s))
+	$(R1) report runs/$(RECIPE)
 
 report: setup ## write runs/$(RECIPE)/report/report.md: every stage's results, curves, findings
 	$(R1) report runs/$(RECIPE)

@@ -23,14 +23,17 @@ was ~0-4% accurate while ``Solution:`` traces were mostly right); with the same 
 
 Every document is a (prompt, completion) pair; pretraining puts the loss on the completion only
 (the prompt is a random problem: predicting its digits teaches nothing). Documents are drawn from
-train-split problems only, so the test split never leaks into pretraining.
+train-split problems only, so neither the val nor the test split leaks into pretraining. Questions are
+stated in the problem's language (``TaskWorld.prompt_langs``); a worked solution's language is drawn
+from ``trace_langs`` independently of it, so that a base model answers a Chinese question in English,
+Chinese or a mix of both, the inconsistency the language reward of stage 3 is there to remove.
 """
 
 from __future__ import annotations
 
 import random
 
-from data.taskworld import TaskWorld, problem_row, sample_problem, split_of, trace
+from data.taskworld import TaskWorld, in_language, problem_row, sample_problem, trace
 from data.templates import chat_user_message, r1_zero_completion, r1_zero_prompt
 
 DOC_TYPES = ("direct", "chat_direct", "worked", "template_reason", "template_direct")
@@ -51,8 +54,9 @@ def corpus_documents(world: TaskWorld, corpus, n_docs: int, seed: int) -> list[d
     docs, standalone = [], []  # standalone: documents that do not follow another one
     while len(docs) < n_docs:
         p = sample_problem(rng, rng.choice(world.families), world.min_digits, world.max_digits)
-        if split_of(p, world.test_percent) != "train":
+        if world.split_of(p) != "train":  # val and test problems never reach pretraining
             continue
+        p = in_language(p, world.langs)  # the question in the problem's own language
         kind, follows = _choose(rng, shares), False
         lang = _choose(rng, corpus.trace_langs) if kind in ("worked", "template_reason") else None
         if kind == "direct":

@@ -19,9 +19,9 @@ __all__ = ["DataError", "clean_rows", "load_rows"]
 def load_rows(spec, recipe) -> tuple[list[dict], dict[str, int], str]:
     """(rows, skipped reasons → counts, a description of the source) for a ``DatasetSpec``."""
     if spec.source == "task_world":
-        from stages.base import task_world
+        from data.taskworld import TaskWorld
 
-        raw, where = task_world(recipe).rows(spec.split), f"task_world:{spec.split}"
+        raw, where = TaskWorld.from_recipe(recipe).rows(spec.split), f"task_world:{spec.split}"
     elif spec.source == "benchmark":
         raw = load_benchmark(spec.name, split=spec.split, data_dir=recipe.data.benchmarks_dir)
         where = f"benchmark:{spec.name}/{spec.split}"

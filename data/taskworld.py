@@ -6,25 +6,36 @@ Three problem families with exact integer gold answers:
 - ``sub``:   ``What is 589 - 347?``        (the larger operand first, so answers are >= 0)
 - ``expr3``: ``What is 23 + 45 - 17?``     (three operands, two steps, intermediate results >= 0)
 
+Each problem is stated in one language of ``prompt_langs`` (``en``: ``What is 347 + 589?``; ``zh``:
+``347 + 589 等于多少？``), chosen by a hash of its content, so that the RL prompts and the held-out
+set are multilingual in the same shares (DeepSeek-R1's language-mixing problem arises with
+multilingual prompts); a row's ``lang`` is its problem's language, which the language-consistency
+reward and the mixing measure take as the target.
+
 Difficulty is the operand length in digits. Each problem also has a worked solution ("trace") that
 computes it digit by digit, with carries and borrows, in English, in Chinese, or switching from one
 to the other midway (the mixed-language chains of thought that R1-Zero is known for). Traces feed the
 tiny base model's pretraining corpus and nothing else: RL and evaluation only see problems and
 gold answers.
 
-Train and test are disjoint *by construction*: a problem's split is a function of its content (a hash
-of its canonical form), not of the seed or of the order of generation, so no seed, size or difficulty
-setting can ever put a test problem in the train split. Generation is deterministic under a seed.
+Train, validation and test are disjoint *by construction*: a problem's split is a function of its
+content (a hash of its canonical form), not of the seed or of the order of generation, so no seed,
+size or difficulty setting can ever put a test problem in the train split. ``val`` is for choosing
+settings (learning rates, steps, corpus shares); ``test`` is read only for reported figures.
+Generation is deterministic under a seed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 from dataclasses import dataclass
 
 FAMILIES = ("add", "sub", "expr3")
 TRACE_LANGS = ("en", "zh", "mix")
+PROMPT_LANGS = ("en", "zh")
+SPLITS = ("train", "val", "test")
 
 # The words of a trace, per language. Chinese words are single characters or pairs (each CJK
 # character counts as one word for the language-consistency measure).
@@ -41,13 +52,18 @@ class Problem:
     family: str
     operands: tuple[int, ...]
     ops: tuple[str, ...]  # len(operands) - 1 operators, each "+" or "-"
+    lang: str = "en"  # the language the problem is stated in (one of PROMPT_LANGS)
 
     @property
-    def text(self) -> str:
+    def expression(self) -> str:
         expr = str(self.operands[0])
         for op, x in zip(self.ops, self.operands[1:], strict=True):
             expr += f" {op} {x}"
-        return f"What is {expr}?"
+        return expr
+
+    @property
+    def text(self) -> str:
+        return f"{self.expression} 等于多少？" if self.lang == "zh" else f"What is {self.expression}?"
 
     @property
     def answer(self) -> int:
@@ -58,7 +74,8 @@ class Problem:
 
     @property
     def canonical(self) -> str:
-        return self.family + ":" + self.text
+        """The content, whatever the language (splits and ids depend on this alone)."""
+        return f"{self.family}:What is {self.expression}?"
 
     @property
     def id(self) -> str:
@@ -69,10 +86,30 @@ class Problem:
         return max(len(str(x)) for x in self.operands)
 
 
-def split_of(problem: Problem, test_percent: int) -> str:
-    """'test' for a fixed ``test_percent`` share of all possible problems, chosen by content hash."""
+def split_of(problem: Problem, test_percent: int, val_percent: int = 0) -> str:
+    """'test' for a fixed ``test_percent`` share of all possible problems, 'val' for the next
+    ``val_percent``, chosen by content hash (so adding a val split moves no test problem)."""
     bucket = int(hashlib.sha256(("split|" + problem.canonical).encode()).hexdigest(), 16) % 100
-    return "test" if bucket < test_percent else "train"
+    if bucket < test_percent:
+        return "test"
+    return "val" if bucket < test_percent + val_percent else "train"
+
+
+def lang_of(problem: Problem, shares: dict[str, float]) -> str:
+    """The language ``problem`` is stated in: a function of its content, drawn with ``shares``."""
+    if len(shares) == 1:
+        return next(iter(shares))
+    u = int(hashlib.sha256(("lang|" + problem.canonical).encode()).hexdigest(), 16) % 10**6 / 10**6
+    total, acc = sum(shares.values()), 0.0
+    for lang, share in shares.items():
+        acc += share / total
+        if u < acc:
+            return lang
+    return lang
+
+
+def in_language(problem: Problem, shares: dict[str, float]) -> Problem:
+    return dataclasses.replace(problem, lang=lang_of(problem, shares))
 
 
 def _operand(rng: random.Random, digits: int) -> int:
@@ -110,6 +147,9 @@ class TaskWorld:
     n_train: int
     n_test: int
     test_percent: int
+    n_val: int = 0
+    val_percent: int = 0
+    prompt_langs: tuple[tuple[str, float], ...] = (("en", 1.0),)  # (language, share) pairs
 
     def __post_init__(self):
         unknown = [f for f in self.families if f not in FAMILIES]
@@ -117,30 +157,53 @@ class TaskWorld:
             raise ValueError(f"unknown task families {unknown}; known: {', '.join(FAMILIES)}")
         if not 1 <= self.min_digits <= self.max_digits:
             raise ValueError(f"need 1 <= min_digits <= max_digits, got {self.min_digits}, {self.max_digits}")
-        if not 0 < self.test_percent < 100:
-            raise ValueError(f"test_percent must be in 1..99, got {self.test_percent}")
+        if not 0 < self.test_percent < 100 or not 0 <= self.val_percent < 100 - self.test_percent:
+            raise ValueError(f"need 0 < test_percent and 0 <= val_percent with test_percent + val_percent < 100, "
+                             f"got {self.test_percent}, {self.val_percent}")
+        if self.n_val and not self.val_percent:
+            raise ValueError(f"n_val is {self.n_val} but val_percent is 0: no problem can be in the val split")
+        langs = [lang for lang, _ in self.prompt_langs]
+        if not langs or any(lang not in PROMPT_LANGS for lang in langs) or any(w <= 0 for _, w in self.prompt_langs):
+            raise ValueError(f"prompt_langs must give positive shares of {PROMPT_LANGS}, got {dict(self.prompt_langs)}")
+
+    @classmethod
+    def from_recipe(cls, recipe) -> TaskWorld:
+        """The task world of a recipe's ``task_world`` section (an error naming the recipe if none)."""
+        tw = recipe.task_world
+        if tw is None:
+            raise ValueError(f"recipe {recipe.name!r} has no task_world section")
+        return cls(seed=tw.seed, families=tuple(tw.families), min_digits=tw.min_digits, max_digits=tw.max_digits,
+                   n_train=tw.n_train, n_test=tw.n_test, test_percent=tw.test_percent, n_val=tw.n_val,
+                   val_percent=tw.val_percent, prompt_langs=tuple(tw.prompt_langs.items()))
+
+    @property
+    def langs(self) -> dict[str, float]:
+        return dict(self.prompt_langs)
+
+    def split_of(self, problem: Problem) -> str:
+        return split_of(problem, self.test_percent, self.val_percent)
 
     def problems(self) -> dict[str, list[Problem]]:
         rng = random.Random(self.seed)
-        want = {"train": self.n_train, "test": self.n_test}
-        out: dict[str, list[Problem]] = {"train": [], "test": []}
+        want = {"train": self.n_train, "val": self.n_val, "test": self.n_test}
+        out: dict[str, list[Problem]] = {s: [] for s in SPLITS}
         seen: set[str] = set()
         attempts = 0
         while any(len(out[s]) < want[s] for s in out):
             attempts += 1
-            if attempts > 100 * (self.n_train + self.n_test) + 10_000:
+            if attempts > 100 * sum(want.values()) + 10_000:
                 raise ValueError("task world too small for the requested sizes: widen the digit range")
             p = sample_problem(rng, rng.choice(self.families), self.min_digits, self.max_digits)
-            split = split_of(p, self.test_percent)
+            split = self.split_of(p)
             if p.canonical in seen or len(out[split]) >= want[split]:
                 continue
             seen.add(p.canonical)
-            out[split].append(p)
+            out[split].append(in_language(p, self.langs))
         return out
 
     def rows(self, split: str) -> list[dict]:
-        if split not in ("train", "test"):
-            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         return [problem_row(p, split) for p in self.problems()[split]]
 
 
@@ -153,7 +216,7 @@ def problem_row(p: Problem, split: str) -> dict:
         "family": p.family,
         "difficulty": p.digits,
         "verifier": "math",
-        "lang": "en",
+        "lang": p.lang,
     }
 
 

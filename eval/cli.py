@@ -1,4 +1,4 @@
-"""``r1 eval``: evaluate a model on the task world's test split and/or real benchmarks.
+"""``r1 eval``: evaluate a model on the task world's test (or ``--split val``) split and/or real benchmarks.
 
 Writes ``results.json`` (one summary per benchmark, with the protocol) and ``samples.jsonl`` (every
 graded sample) into the output folder; a crashed run resumes from the samples already written.
@@ -51,9 +51,9 @@ def template_for(ref: str, default: str) -> str:
     return default
 
 
-def benchmark_rows(name: str, recipe, limit: int | None, data_dir: str | None) -> list[dict]:
-    if name == "task":  # the recipe's held-out split (the task world's test split on tiny)
-        rows = load_rows(recipe.data.test, recipe)[0]
+def benchmark_rows(name: str, recipe, limit: int | None, data_dir: str | None, split: str = "test") -> list[dict]:
+    if name == "task":  # the recipe's held-out split: test for reported figures, val for choosing settings
+        rows = load_rows(recipe.data.val if split == "val" else recipe.data.test, recipe)[0]
         return rows[:limit] if limit else rows
     return load_benchmark(name, data_dir=data_dir, limit=limit)
 
@@ -76,8 +76,10 @@ def run_eval(args) -> int:
         Path(ref) / folder if local else recipe.stage_dir("eval") / re.sub(r"[^A-Za-z0-9_.-]+", "_", ref))
     benches = [b.strip() for b in args.bench.split(",") if b.strip()]
     data_dir = args.benchmarks_dir or recipe.data.benchmarks_dir
-    rows_by_bench = {b: benchmark_rows(b, recipe, args.limit or (cfg.benchmark_limit if b != "task" else None),
-                                       data_dir) for b in benches}  # load all first: fail before the model
+    split = getattr(args, "split", "test")
+    rows_by_bench = {("task_val" if b == "task" and split == "val" else b):
+                     benchmark_rows(b, recipe, args.limit or (cfg.benchmark_limit if b != "task" else None), data_dir, split)
+                     for b in benches}  # load all first: fail before the model
 
     sampler, tokenizer = load_sampler(recipe, ref, backend=cfg.backend, batch_size=cfg.batch_size)
     if args.think_budget:

@@ -5,8 +5,11 @@ the two curves of DeepSeek-R1's Figures 2 (AIME accuracy of R1-Zero during train
 response length of R1-Zero during training). Raw per-step values are drawn faintly, with a moving
 average over them.
 
-``plot_compare({label: metrics.jsonl}, out.png, title)``: several runs on shared axes (stage 1 against
-stage 3: the cold start's head start in accuracy, and language mixing falling).
+``plot_compare({label: metrics.jsonl}, out.png, title)``: several runs' training curves on shared axes
+(``make compare-losses``: stage 1 by GRPO loss type).
+
+``plot_step_curves({label: {step: Estimate}}, out.png, title)``: held-out pass@1 against RL step with
+95% intervals (stage 1 from the base against stage 3 from the cold start: finding F3).
 """
 
 from __future__ import annotations
@@ -36,15 +39,6 @@ def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
     return [p[0] for p in pairs], [float(p[1]) for p in pairs]
 
 
-def steps_to_reach(rows: list[dict], target: float, key: str = "accuracy", window: int = 5) -> int | None:
-    """The first step at which the moving average (``window``) of ``key`` reaches ``target``; None if never."""
-    steps, values = _series(rows, key)
-    for step, v in zip(steps, _moving_average(values, window), strict=True):
-        if v >= target:
-            return step
-    return None
-
-
 def plot_compare(runs: dict[str, Path], out_path: Path, title: str, keys=("accuracy", "language_mix_rate")) -> Path:
     """One panel per metric ``keys``, one curve (moving average) per run ``label → metrics.jsonl``: e.g.
     stage 1 against stage 3, to show the cold start's head start and language mixing falling."""
@@ -68,6 +62,26 @@ def plot_compare(runs: dict[str, Path], out_path: Path, title: str, keys=("accur
     return _save(fig, out_path)
 
 
+def plot_step_curves(curves: dict, out_path: Path, title: str) -> Path:
+    """Held-out pass@1 against RL step, one line per ``label → {step: Estimate}``, with the 95%
+    intervals as error bars (finding F3: stage 1 from the base against stage 3 from the cold start)."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (label, points) in enumerate(curves.items()):
+        steps = sorted(points)
+        means = [points[s].mean for s in steps]
+        errors = [[points[s].mean - points[s].lo for s in steps], [points[s].hi - points[s].mean for s in steps]]
+        style = "-" if "stage 3" in label else "--"
+        ax.errorbar(steps, means, yerr=errors, fmt="o" + style, color=f"C{i}", capsize=3, label=label, alpha=0.85)
+    ax.set_xlabel("RL step (0: before RL)")
+    ax.set_ylabel("held-out pass@1")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize=7)
+    ax.set_title(title)
+    fig.tight_layout()
+    return _save(fig, out_path)
+
+
 def _save(fig, out_path: Path) -> Path:
     """savefig to a temporary name, then rename (atomic)."""
     out_path = Path(out_path)
@@ -79,30 +93,45 @@ def _save(fig, out_path: Path) -> Path:
     return out_path
 
 
+FORMAT_LABELS = {"format_rate": "R1-Zero format rate", "readable_rate": "summary format rate"}
+
+
 def plot_training(metrics_path: Path, out_path: Path, title: str | None = None,
-                  evals: dict[int, float] | None = None) -> Path | None:
+                  evals: dict[int, float] | None = None, format_key: str | None = None) -> Path | None:
     """Write the accuracy / response-length figure; None when there are no rows to plot.
 
-    ``evals``: step → held-out pass@1 (e.g. before and after training), drawn as markers.
+    ``evals``: step → held-out pass@1 (before, during and after training), drawn as markers.
+    ``format_key``: the format the stage trains (``format_rate``: R1-Zero tags, stage 1;
+    ``readable_rate``: the chat stages' summary format); default: whichever was logged non-zero.
+    Stage 4's general rows, judged by the rules, are a line of their own (``general_helpful_rate``).
     """
     rows = read_jsonl_tolerant(metrics_path)
     if not rows:
         return None
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    general = any(r.get("general_helpful_rate") is not None for r in rows)  # stage 4: two kinds of rows
     panels = [("accuracy", "training accuracy", "C0"),
               ("mean_length", "mean response length (tokens)", "C1")]
     for ax, (key, label, color) in zip(axes, panels, strict=True):
         steps, values = _series(rows, key)
         if steps:
             window = max(1, len(values) // 20)
+            curve = f"moving average ({window})" if window > 1 else None
+            if key == "accuracy" and general:
+                curve = "reasoning rows: accuracy"
             ax.plot(steps, values, color=color, alpha=0.3, linewidth=1)
-            ax.plot(steps, _moving_average(values, window), color=color, linewidth=2,
-                    label=f"moving average ({window})" if window > 1 else None)
+            ax.plot(steps, _moving_average(values, window), color=color, linewidth=2, label=curve)
         if key == "accuracy":
-            f_steps, f_values = _series(rows, "format_rate")
+            fmt = format_key or next((k for k in ("readable_rate", "format_rate")
+                                      if any(r.get(k) for r in rows)), "format_rate")
+            f_steps, f_values = _series(rows, fmt)
             if f_steps:
                 ax.plot(f_steps, _moving_average(f_values, max(1, len(f_values) // 20)), color="C2",
-                        linewidth=1.5, linestyle="--", label="format rate")
+                        linewidth=1.5, linestyle="--", label=FORMAT_LABELS.get(fmt, fmt))
+            g_steps, g_values = _series(rows, "general_helpful_rate")
+            if g_steps:
+                ax.plot(g_steps, _moving_average(g_values, max(1, len(g_values) // 20)), color="C4",
+                        linewidth=1.5, label="general rows: helpful by the rules")
             if evals:
                 xs = sorted(evals)
                 ax.plot(xs, [evals[x] for x in xs], "o--", color="C3", label="held-out pass@1")

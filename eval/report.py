@@ -1,14 +1,18 @@
 """The run report: every stage's measured results on one page (``r1 report RUN_DIR``, ``make report``).
 
-Reads only what the stages wrote (``<stage>/manifest.json`` and ``<stage>/metrics.jsonl``) and writes
-``RUN_DIR/report/report.md`` with its figures beside it:
+Reads only what the stages wrote (``<stage>/manifest.json``, ``metrics.jsonl`` and the graded samples
+of every evaluation) and writes ``RUN_DIR/report/report.md`` with its figures beside it:
 
-- one row per stage and per distilled student: status, held-out pass@1, cons@k, pass@k, mean length,
-  language-mix rate, helpfulness and harmful-answer rate where measured, wall time, peak memory. A stage
-  that has not run is shown as missing, never as zero;
-- the training curves of each RL stage, stage 1 against stage 3, and the distillation-against-RL table;
-- findings: each of the paper's claims this pipeline measures, with the numbers, and plainly "not
-  reproduced" where the numbers say so.
+- one row per stage and per distilled student: status, the sampling temperature of its evaluation
+  (the base's probe is at its own temperature, the stages at the protocol's), held-out pass@1 with its
+  95% interval, cons@k, pass@k, mean length, language-mix rate, wall time, peak memory. A stage that has
+  not run is shown as missing, never as zero;
+- the paper's five findings (``eval/verdicts.py``), each with its rule, its paired difference with a
+  95% interval and a verdict that can be "reproduced", "not reproduced" or "inconclusive"; over the
+  training seeds of ``make findings`` when it has run (``stages/findings.py``), else over the
+  pipeline's one seed, and the report says which;
+- the training curves of each RL stage, held-out pass@1 against RL step for stages 1 and 3, and the
+  distillation-against-RL table.
 """
 
 from __future__ import annotations
@@ -16,12 +20,16 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from data.jsonl import atomic_write_text
-from eval.plots import plot_compare, plot_training
+from data.jsonl import atomic_write_json, atomic_write_text, read_jsonl_tolerant
+from eval import verdicts
+from eval.plots import plot_step_curves, plot_training
+from eval.stats import METHOD, estimate, per_problem
+from stages.findings import VARIANTS, variant_dir
 from stages.manifest import MANIFEST_NAME, Manifest, ManifestError
+from stages.rl import held_out_by_step
 
 STAGE_TITLES = {
-    "base": "base model (probe, R1-Zero template, T=1.0)",
+    "base": "base model (probe, R1-Zero template)",
     "stage1": "stage 1: R1-Zero (RL from the base)",
     "stage2": "stage 2: cold-start SFT",
     "stage3": "stage 3: reasoning RL",
@@ -31,21 +39,26 @@ STAGE_TITLES = {
 }
 RL_STAGES = ("stage1", "stage3", "stage4", "distill_rl")
 MISSING = "missing"
+SAMPLES = "samples.jsonl"
 
 
 def load_run(run_dir: Path) -> dict[str, Manifest | None]:
     """Every stage's manifest (None for a stage that has not run or whose manifest is unreadable)."""
-    return {stage: _load(run_dir, stage) for stage in STAGE_TITLES}
+    return {stage: _load(Path(run_dir) / stage) for stage in STAGE_TITLES}
 
 
-def _load(run_dir: Path, stage: str) -> Manifest | None:
-    path = run_dir / stage / MANIFEST_NAME
+def _load(stage_dir: Path) -> Manifest | None:
+    path = Path(stage_dir) / MANIFEST_NAME
     if not path.exists():
         return None
     try:
         return Manifest.load(path)
     except ManifestError:
         return None
+
+
+def _samples(folder: Path) -> list[dict]:
+    return read_jsonl_tolerant(Path(folder) / SAMPLES) if (Path(folder) / SAMPLES).exists() else []
 
 
 def _fmt(value, digits: int = 3) -> str:
@@ -56,80 +69,126 @@ def _fmt(value, digits: int = 3) -> str:
     return str(value)
 
 
-def _row(name: str, status: str, ev: dict | None, m: Manifest | None, general: dict | None = None) -> list[str]:
+def _pass_at_1(folder: Path | None, ev: dict) -> str:
+    """pass@1 with its 95% interval from the graded samples, or the summary's number alone."""
+    records = _samples(folder) if folder is not None else []
+    if records:
+        return estimate(list(per_problem(records).values())).fmt()
+    return _fmt(ev.get("pass@1"))
+
+
+def _row(name: str, status: str, ev: dict | None, m: Manifest | None, folder: Path | None) -> list[str]:
     ev = ev or {}
     k = ev.get("k")
     metrics = m.data.get("metrics", {}) if m else {}
     wall = metrics.get("wall_seconds")
-    return [name, status, _fmt(ev.get("pass@1")), _fmt(ev.get(f"cons@{k}")), _fmt(ev.get(f"pass@{k}")),
-            _fmt(ev.get("mean_length_tokens"), 1), _fmt(ev.get("language_mix_rate")),
-            _fmt((general or {}).get("helpfulness_score"), 2), _fmt((general or {}).get("harmful_rate")),
-            f"{wall / 60:.1f} min" if wall else "–",
+    temperature = ev.get("temperature")
+    return [name, status, _fmt(temperature, 1) if temperature is not None else "–", _pass_at_1(folder, ev),
+            _fmt(ev.get(f"cons@{k}")), _fmt(ev.get(f"pass@{k}")), _fmt(ev.get("mean_length_tokens"), 1),
+            _fmt(ev.get("language_mix_rate")), f"{wall / 60:.1f} min" if wall else "–",
             f"{metrics['peak_rss_mb']:.0f} MB" if metrics.get("peak_rss_mb") else "–"]
 
 
-def stage_rows(run: dict) -> list[list[str]]:
+def stage_summary(run: dict, run_dir: Path) -> dict:
+    """Per stage, machine-readable (``report/summary.json``, which the README's status is made from):
+    status, wall minutes, the evaluation's temperature, pass@1 with its interval."""
+    out = {}
+    for stage in STAGE_TITLES:
+        m = run[stage]
+        if m is None:
+            out[stage] = {"status": MISSING}
+            continue
+        metrics = m.data.get("metrics", {})
+        probe = stage == "base"
+        ev = (metrics.get("probe") if probe else metrics.get("eval_after")) or {}
+        records = _samples(run_dir / stage / ("probe" if probe else "eval_after"))
+        out[stage] = {"status": m.status, "wall_min": round(metrics["wall_seconds"] / 60, 1)
+                      if metrics.get("wall_seconds") else None, "temperature": ev.get("temperature"),
+                      "pass@1": estimate(list(per_problem(records).values())).to_dict() if records else None}
+    return out
+
+
+def stage_rows(run: dict, run_dir: Path) -> list[list[str]]:
     """The results table: one row per stage (missing ones included) and per distilled student."""
     rows = []
     for stage, title in STAGE_TITLES.items():
         m = run[stage]
         if m is None:
-            rows.append([title, MISSING] + ["–"] * 9)
+            rows.append([title, MISSING] + ["–"] * 8)
             continue
         metrics = m.data.get("metrics", {})
-        ev = metrics.get("probe") if stage == "base" else metrics.get("eval_after")
-        rows.append(_row(title, m.status, ev, m, metrics.get("general_final")))
+        probe = stage == "base"
+        ev = metrics.get("probe") if probe else metrics.get("eval_after")
+        rows.append(_row(title, m.status, ev, m, run_dir / stage / ("probe" if probe else "eval_after")))
         for name, student in (metrics.get("students") or {}).items():
-            rows.append(_row(f"  student {name} (distilled)", m.status, student.get("eval"), None))
+            rows.append(_row(f"  student {name} (distilled)", m.status, student.get("eval"), None,
+                             run_dir / stage / name / "eval"))
     return rows
 
 
-def findings(run: dict) -> list[str]:
-    """The paper's claims that this run measures, each with its numbers and a verdict."""
-    out = []
-    s1, s3, s4 = run["stage1"], run["stage3"], run["stage4"]
-    if s1 and "eval_after" in s1.data["metrics"]:
-        b, a = s1.data["metrics"]["eval_before"], s1.data["metrics"]["eval_after"]
-        acc_up = a["pass@1"] > b["pass@1"]
-        len_up = a["mean_length_tokens"] > b["mean_length_tokens"]
-        verdict = "reproduced" if acc_up and len_up else "**not reproduced** at this scale"
-        out.append(f"**R1-Zero: accuracy and response length rise together under pure RL** — {verdict}: "
-                   f"held-out pass@1 {b['pass@1']:.3f} → {a['pass@1']:.3f}, mean length "
-                   f"{b['mean_length_tokens']:.1f} → {a['mean_length_tokens']:.1f} tokens.")
-    if s1 and s3 and "eval_after" in s3.data["metrics"] and "eval_after" in s1.data["metrics"]:
-        mix1 = s1.data["metrics"]["eval_after"].get("language_mix_rate")
-        mix3 = s3.data["metrics"]["eval_after"].get("language_mix_rate")
-        p1, p3 = s1.data["metrics"]["eval_after"]["pass@1"], s3.data["metrics"]["eval_after"]["pass@1"]
-        if mix1 is not None and mix3 is not None:
-            verdict = "reproduced" if mix3 < mix1 else "**not reproduced**"
-            out.append(f"**Cold start + language reward end language mixing** — {verdict}: chains of thought that "
-                       f"mix languages {mix1:.1%} after stage 1 → {mix3:.1%} after stage 3 "
-                       f"(held-out pass@1 {p1:.3f} → {p3:.3f}).")
-        benefit = s3.data["metrics"].get("cold_start_benefit")
-        if benefit:
-            s1n, s3n = benefit.get("stage1_steps_to_target"), benefit.get("stage3_steps_to_target")
-            faster = s3n is not None and s1n is not None and s3n < s1n
-            steps3 = (s3.data["metrics"].get("train") or {}).get("steps")
-            out.append(f"**The cold start speeds up RL** — {'reproduced' if faster else '**not reproduced**'}: "
-                       f"stage 1's final training accuracy ({benefit['target_accuracy']:.3f}, moving average of 5 "
-                       f"steps) reached at step {s1n} by stage 1, and "
-                       + (f"at step {s3n} by stage 3." if s3n is not None else f"never in stage 3's {steps3} steps."))
-    if s4 and "general_final" in s4.data["metrics"]:
-        g0, g1 = s4.data["metrics"]["general_sft"], s4.data["metrics"]["general_final"]
-        ok = (g1["helpfulness_score"] > g0["helpfulness_score"]) and (g1["harmful_rate"] or 0) <= (g0["harmful_rate"] or 0)
-        out.append(f"**All-scenario RL makes the model more helpful and harmless** — "
-                   f"{'reproduced' if ok else '**not reproduced**'}: helpfulness score {g0['helpfulness_score']:.2f} → "
-                   f"{g1['helpfulness_score']:.2f}, harmful answers {g0['harmful_rate']:.1%} → {g1['harmful_rate']:.1%}.")
-    d, c = run["distill"], run["distill_rl"]
-    if d and c and "eval_after" in c.data["metrics"]:
+# -- the findings' data ------------------------------------------------------------------------
+
+
+def _seeds(run_dir: Path) -> list[int]:
+    """Seed 0 (the pipeline's run) and every seed ``make findings`` left a folder for."""
+    found = {0}
+    for d in (Path(run_dir) / "findings").glob("seed*"):
+        if d.name[4:].isdigit():
+            found.add(int(d.name[4:]))
+    return sorted(found)
+
+
+def _complete(folder: Path) -> Manifest | None:
+    m = _load(folder)
+    return m if m is not None and m.status == "complete" else None
+
+
+def _by_step(folder: Path) -> dict[int, list[dict]]:
+    """A complete RL run's held-out samples by RL step (``stages.rl.held_out_by_step``)."""
+    m = _complete(folder)
+    return held_out_by_step(folder, (m.data["metrics"].get("train") or {}).get("steps")) if m else {}
+
+
+def findings(run_dir: Path) -> list[verdicts.Finding]:
+    run_dir = Path(run_dir)
+    seeds = _seeds(run_dir)
+    f1, f2, f3 = {}, {}, {}
+    for seed in seeds:
+        s1, s3, s3n = (variant_dir(run_dir, seed, v) for v in VARIANTS)
+        if _complete(s1):
+            f1[seed] = (_samples(s1 / "eval_before"), _samples(s1 / "eval_after"))
+        if _complete(s3) and _complete(s3n):
+            f2[seed] = (_samples(s3n / "eval_after"), _samples(s3 / "eval_after"))
+        f3[seed] = (_by_step(s1), _by_step(s3))
+    f1 = {s: r for s, r in f1.items() if r[0] and r[1]}
+    f2 = {s: r for s, r in f2.items() if r[0] and r[1]}
+
+    s4 = _complete(run_dir / "stage4")
+    general = (s4.data["metrics"].get("general_eval") or {}) if s4 else {}
+    sft_records = read_jsonl_tolerant(run_dir / "stage4" / general["sft"]) if general.get("sft") else []
+    final_records = read_jsonl_tolerant(run_dir / "stage4" / general["final"]) if general.get("final") else []
+
+    d, c = _complete(run_dir / "distill"), _complete(run_dir / "distill_rl")
+    base_s, distilled_s, rl_s, budget = [], [], [], ""
+    if d and c:
         name = c.data["metrics"].get("student")
         student = (d.data["metrics"].get("students") or {}).get(name, {})
-        if "eval" in student:
-            pd, pr = student["eval"]["pass@1"], c.data["metrics"]["eval_after"]["pass@1"]
-            verdict = "reproduced" if pd > pr else "**not reproduced** at this scale"
-            out.append(f"**Distillation beats RL on the same small model** (the paper's Table 6) — {verdict}: "
-                       f"student {name} distilled {pd:.3f} against RL-trained {pr:.3f} held-out pass@1.")
-    return out
+        base_s = _samples(run_dir / "distill" / name / "eval_base")
+        distilled_s = _samples(run_dir / "distill" / name / "eval")
+        rl_s = _samples(run_dir / "distill_rl" / "eval_after")
+        b1, b2 = student.get("budget") or d.data["metrics"].get("budget"), c.data["metrics"].get("budget")
+        if b1 and b2:
+            budget = f"distillation {_budget(b1)}; RL {_budget(b2)}"
+    return [verdicts.r1_zero(f1), verdicts.language_reward(f2), verdicts.cold_start(f3),
+            verdicts.final_rl(sft_records, final_records), verdicts.distillation(base_s, distilled_s, rl_s, budget)]
+
+
+def _budget(b: dict) -> str:
+    return ", ".join(f"{k.replace('_', ' ')} {v:,}" if isinstance(v, int) else f"{k.replace('_', ' ')} {v}"
+                     for k, v in b.items() if v is not None)
+
+
+# -- the page ----------------------------------------------------------------------------------
 
 
 def distill_table(run: dict) -> list[list[str]]:
@@ -162,32 +221,51 @@ def build_report(run_dir: Path) -> Path:
     out = run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     run = load_run(run_dir)
+    protocol = next((m.data["metrics"].get("eval_after") for m in run.values()
+                     if m is not None and m.data["metrics"].get("eval_after")), {}) or {}
     parts = [f"# Run report: `{run_dir}`", "",
-             "Held-out results of every stage (the task world's test split; k samples per problem at the "
-             "eval protocol's temperature; stages 2+ in the chat template). `–`: not measured; `missing`: the "
-             "stage has not run.", "",
-             _table(["stage", "status", "pass@1", "cons@k", "pass@k", "mean length", "language mix",
-                     "helpfulness", "harmful", "wall", "peak memory"], stage_rows(run)), "",
-             "## Findings", ""]
-    found = findings(run)
-    parts += [f"- {f}" for f in found] if found else ["- none yet: run the stages first."]
-    parts += ["", "## Training curves", ""]
+             f"Held-out results of every stage on the task world's **test** split (settings are chosen on the "
+             f"val split). Each stage samples k={protocol.get('k', '?')} completions per problem at temperature "
+             f"{protocol.get('temperature', '?')}, top-p {protocol.get('top_p', '?')} (the base's probe at its "
+             f"own temperature, in column T); stages 2 onwards in the chat template. pass@1 is shown with its 95% "
+             f"interval ({METHOD}). `–`: not measured; `missing`: the stage has not run.", "",
+             _table(["stage", "status", "T", "pass@1 [95% CI]", "cons@k", "pass@k", "mean length", "language mix",
+                     "wall", "peak memory"], stage_rows(run, run_dir)), "", "## Findings", ""]
+    seeds = _seeds(run_dir)
+    parts.append(f"Training seeds measured: {seeds}" + (" (one seed: run `make findings` for more)"
+                                                          if len(seeds) == 1 else " (`make findings`)") + ".")
+    parts.append("")
+    found = findings(run_dir)
+    for finding in found:
+        parts += finding.markdown() + [""]
+    parts += ["## Training curves", ""]
     for stage in RL_STAGES:
         metrics = run_dir / stage / "metrics.jsonl"
         png = plot_training(metrics, out / f"{stage}_curves.png", title=STAGE_TITLES[stage]) if metrics.exists() else None
         parts.append(f"![{stage}]({png.name})" if png else f"- {STAGE_TITLES[stage]}: {MISSING}")
-    if (run_dir / "stage1" / "metrics.jsonl").exists() and (run_dir / "stage3" / "metrics.jsonl").exists():
-        plot_compare({"stage 1": run_dir / "stage1" / "metrics.jsonl", "stage 3": run_dir / "stage3" / "metrics.jsonl"},
-                     out / "stage1_vs_stage3.png", "Stage 1 against stage 3")
-        parts += ["", "![stage 1 against stage 3](stage1_vs_stage3.png)"]
+    curves = {}
+    for seed in seeds:
+        for variant, label in (("stage1", "stage 1 (from the base)"), ("stage3", "stage 3 (from the cold start)")):
+            by_step = _by_step(variant_dir(run_dir, seed, variant))
+            if by_step:
+                curves[f"{label}, seed {seed}"] = {s: estimate(list(per_problem(r).values())) for s, r in by_step.items()}
+    if curves:
+        plot_step_curves(curves, out / "held_out_by_step.png", "Held-out pass@1 against RL step (95% intervals)")
+        parts += ["", "![held-out pass@1 by RL step](held_out_by_step.png)"]
     losses = run_dir / "stage1_loss_types.png"
     if losses.exists():
         shutil.copy(losses, out / losses.name)
-        parts += ["", f"![GRPO loss types]({losses.name})"]
+        parts += ["", f"![GRPO loss types, a side experiment: make compare-losses]({losses.name})"]
     parts += ["", "## Distillation against RL", ""]
     rows = distill_table(run)
     parts.append(_table(["student", "trained by", "pass@1", "parameters", "train time"], rows) if rows
                  else f"distillation: {MISSING}")
     path = out / "report.md"
     atomic_write_text(path, "\n".join(parts) + "\n")
+    atomic_write_json(out / "summary.json", {
+        "run": str(run_dir), "protocol": {k: protocol.get(k) for k in ("k", "temperature", "top_p")},
+        "interval_method": METHOD, "seeds": seeds, "stages": stage_summary(run, run_dir),
+        "findings": [{"key": f.key, "claim": f.claim, "verdict": f.verdict, "lines": f.lines, "seeds": f.seeds}
+                     for f in found]})
     return path
+

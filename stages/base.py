@@ -51,12 +51,7 @@ log = logging.getLogger("r1")
 
 
 def task_world(recipe) -> TaskWorld:
-    if recipe.task_world is None:
-        raise ValueError(f"recipe {recipe.name!r} has no task_world section")
-    tw = recipe.task_world
-    return TaskWorld(seed=tw.seed, families=tuple(tw.families), min_digits=tw.min_digits,
-                     max_digits=tw.max_digits, n_train=tw.n_train, n_test=tw.n_test,
-                     test_percent=tw.test_percent)
+    return TaskWorld.from_recipe(recipe)
 
 
 def build_tiny_model(arch, vocab_size: int, eos_id: int) -> Qwen2ForCausalLM:

@@ -4,6 +4,7 @@
     r1 stage1 --recipe tiny [--set k=v …] [--resume | --restart]
     r1 eval   --model PATH_OR_ID --bench task,gsm8k --k 4 [--limit N]
     r1 status [RUN_DIR]
+    r1 findings --recipe tiny                     the extra seeds and variants the verdicts need
     r1 report [RUN_DIR]                           every stage's results in RUN_DIR/report/report.md
 
 The Makefile calls these; ``make stage1 RECIPE=qwen2.5-math-7b RESUME=1`` is ``r1 stage1 --recipe
@@ -56,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--bench", default="task", help="comma-separated: task,gsm8k,math500,aime24,aime25,amc23,cmath,mgsm")
     ev.add_argument("--k", type=int, help="samples per problem (default: recipe eval.k)")
     ev.add_argument("--limit", type=int, help="problems per benchmark (default: all; task: the recipe's data.test)")
+    ev.add_argument("--split", choices=["test", "val"], default="test",
+                    help="the task world's split for bench 'task': test (reported figures) or val (choosing settings)")
     ev.add_argument("--out", help="output folder (default: <model>/eval, or runs/<recipe>/eval/<id>)")
     ev.add_argument("--benchmarks-dir", help="local benchmark files (default: $R1_BENCHMARKS_DIR, else the hub)")
     ev.add_argument("--backend", choices=["transformers", "vllm"])
@@ -65,6 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--min-think", type=int, default=0, help="budget forcing: extend shorter thinking with 'Wait'")
     ev.add_argument("--recipe", default="tiny")
     ev.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+
+    fd = sub.add_parser("findings", help="the extra seeds and variants the report's verdicts need (after the pipeline)")
+    fd.add_argument("--recipe", default="tiny")
+    fd.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    fd.add_argument("--restart", action="store_true", help="discard the findings' runs and start over")
 
     rp = sub.add_parser("report", help="write RUN_DIR/report/report.md: every stage's results, curves, findings")
     rp.add_argument("run_dir", nargs="?", help="runs/<recipe> (default: runs/tiny)")
@@ -134,6 +142,17 @@ def cmd_status(args) -> int:
     return 0
 
 
+def cmd_findings(args) -> int:
+    from stages.findings import run_findings
+    from stages.runner import setup_logging
+
+    setup_logging()
+    recipe = load_recipe(args.recipe, args.overrides)
+    for path in run_findings(recipe, restart=args.restart):
+        print(f"findings: {path}")
+    return 0
+
+
 def cmd_report(args) -> int:
     from eval.report import build_report
 
@@ -158,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_eval(args)
         if args.command == "report":
             return cmd_report(args)
+        if args.command == "findings":
+            return cmd_findings(args)
         return cmd_stage(args)
     except (RecipeError, ManifestError, FileNotFoundError, ValueError) as e:  # PlanError is a ValueError
         print(f"r1 {args.command}: error: {e}", file=sys.stderr)

@@ -2,41 +2,77 @@
 RL-only control the paper compares them with (its Table 6).
 
     r1 distill    --recipe tiny       # or: make distill      every student of distill.students
-    r1 distill_rl --recipe tiny       # or: make distill-rl   the control: stage-1 RL on a student's base
+    r1 distill_rl --recipe tiny       # or: make distill-rl   the control: RL on a student's base
 
 **distill** reads stage 4's ``sft_mix.jsonl`` (the rejection-sampled reasoning samples and the general
-data; ``distill.data: reasoning`` keeps only the former) and, for each student, fine-tunes its base
-with the shared SFT runner, then evaluates the held-out split in the chat template. A student is a
-small pretrained model (real recipes), or on the tiny default a smaller base built the same way as
-the tiny base (same corpus and tokenizer recipe, its own width and depth, ``<student>/base``).
-Outputs per student in ``runs/<recipe>/distill/<student>/``; manifest metrics ``students.<name>``.
-The stage's checkpoint is the first student's.
+data; ``distill.data: reasoning`` keeps only the former) and, for each student, evaluates its base,
+fine-tunes it with the shared SFT runner, and evaluates the result. A student is a small pretrained
+model (real recipes), or on the tiny default a smaller base built the same way as the tiny base (same
+corpus and tokenizer recipe, its own width and depth, ``<student>/base``). Outputs per student in
+``runs/<recipe>/distill/<student>/``; manifest metrics ``students.<name>``. The stage's checkpoint is
+the first student's.
 
-**distill_rl** is the control: the same student base trained with stage-1 RL (R1-Zero template,
-format + accuracy rewards, ``distill.control``) instead of distillation, evaluated the same way, so the
-report can set distillation against RL on the same small model.
+**distill_rl** is the control: the same student base trained with GRPO instead of distillation, in
+the same chat template as the distilled student (:func:`chat_prompt`; rewards ``distill.control``:
+accuracy and the readable summary format on the tiny default, as stage 3), evaluated the same way.
+
+The comparison, arm against arm and each arm against the base, is made on equal terms:
+
+- **same base**: both arms start from ``<student>/base`` (or the student's ``pretrained`` model);
+- **same evaluation**: the held-out split, the eval protocol (recipe.eval: k samples at its
+  temperature and top-p, the recipe's seed) and the same template, :data:`EVAL_TEMPLATE` (chat), for the
+  base, the distilled student and the control. The base's evaluation (``<student>/eval_base``) is the
+  control's "before" too (copied into its manifest, not sampled again: same model, same prompts, same
+  seed). The report pairs the three sample files by problem id; their paths, relative to each stage's
+  folder, are in the manifests (``students.<name>.eval_base_samples``, ``students.<name>.eval_samples``;
+  ``eval_before_samples``, ``eval_after_samples`` on distill_rl), with ``eval_template``;
+- **same budget**, in **optimizer steps** (``distill.budget_steps``): the SFT runs exactly that many
+  steps and the control's ``steps`` must equal it (the recipe refuses otherwise; distill_rl also checks
+  the distill manifest's count), so the tolerance is zero steps. Why steps and not FLOPs: both trainers
+  count steps exactly and the recipe can fix them before training, while the RL arm's FLOPs depend on
+  how long its answers turn out to be (equal FLOPs would need stopping RL mid-run on a running count).
+  Per step, the control costs more: it generates ``prompts_per_step × num_generations`` completions
+  (64 on the tiny default, against the SFT's batch of 16 rows) and trains on all of them, so at equal
+  steps its FLOPs are several times the SFT's (about 7x on the tiny default). If distillation wins at
+  equal steps, extra compute is not why; if RL wins, the FLOPs say what it spent. Each arm's manifest records
+  ``metrics.budget``: ``{unit, optimizer_steps, sequences_per_step, train_tokens, generated_tokens,
+  flops, parameters, tolerance_steps}`` with FLOPs estimated as 6·parameters·trained tokens +
+  2·parameters·generated tokens (trained tokens: prompt and response of every trained sequence; the
+  SFT's from its rows' mean length, the control's from its logged completion lengths and its prompts'
+  mean length; the prompt prefill of generation is left out).
 
 Where this deviates from the paper: the paper's students are Qwen2.5 and Llama models distilled from
 800k samples of DeepSeek-R1; here the teacher is the tiny stage-4 model and the students are smaller
-still. The paper trains no RL stage on its distilled students; neither does this stage.
+still. The paper trains no RL stage on its distilled students; neither does this stage. The paper's
+control (Qwen-32B-Zero) trains for over 10K RL steps, far more compute than its distillation; here the
+arms get equal optimizer steps.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from pathlib import Path
 
 from data.datasets import load_rows
-from data.jsonl import read_jsonl
-from data.templates import r1_zero_prompt
+from data.jsonl import read_jsonl, read_jsonl_tolerant
+from data.templates import chat_user_message
 from stages.base import pretrain_tiny
-from stages.common import save_model_atomically
-from stages.rl import evaluate, run_rl
+from stages.common import load_tokenizer, save_model_atomically, world_size
+from stages.rl import METRICS_NAME, evaluate, run_rl
 from stages.runner import model_ref
 from stages.sft import run_sft
 
 log = logging.getLogger("r1")
+
+EVAL_TEMPLATE = "chat"  # the distilled student speaks the chat template; the base and the control are judged in it too
+BUDGET_UNIT = "optimizer_steps"
+
+
+def chat_prompt(row: dict) -> list[dict]:
+    """The control's training prompt: the user turn every chat-template stage and evaluation uses."""
+    return [{"role": "user", "content": chat_user_message(row["problem"])}]
 
 
 def run(ctx) -> Path:
@@ -51,21 +87,110 @@ def run(ctx) -> Path:
         rows = [r for r in rows if r.get("task") == "reasoning"]
     m.add_input_data("stage4_curated", str(source), rows_used=len(rows))
     eval_rows, _, _ = load_rows(recipe.data.test, recipe)
+    m.update_metrics(eval_template=EVAL_TEMPLATE, budget_steps=cfg.budget_steps)
     students = m.data["metrics"].setdefault("students", {})
     first = None
     for student in cfg.students:
         base = student_base(ctx, student)
-        sft = run_sft(ctx, cfg.sft, rows=rows, model_ref=base, name=f"{student.name}/sft")
-        if "eval" not in students.get(student.name, {}):
-            summary = evaluate(recipe, None, None, eval_rows, ctx.dir / student.name / "eval", str(sft),
-                               prompt_template="chat")
-            students[student.name] = {**students.get(student.name, {}), "eval": summary,
-                                      "sft": m.data["metrics"][f"sft_{student.name}/sft"]}
+        record = students.setdefault(student.name, {})
+        if "eval_base" not in record:
+            record["eval_base"] = evaluate(recipe, None, None, eval_rows, ctx.dir / student.name / "eval_base", base,
+                                           prompt_template=EVAL_TEMPLATE)
+            record["eval_base_samples"] = f"{student.name}/eval_base/samples.jsonl"
             m.save()
-        log.info("student %s: held-out pass@1 %.3f after distillation", student.name,
-                 students[student.name]["eval"]["pass@1"])
+        sft_cfg = budget_sft(cfg, len(rows))
+        sft = run_sft(ctx, sft_cfg, rows=rows, model_ref=base, name=f"{student.name}/sft")
+        if "eval" not in record:
+            record["eval"] = evaluate(recipe, None, None, eval_rows, ctx.dir / student.name / "eval", str(sft),
+                                      prompt_template=EVAL_TEMPLATE)
+            record["eval_samples"] = f"{student.name}/eval/samples.jsonl"
+            m.save()
+        if "budget" not in record:
+            record["sft"] = m.data["metrics"][f"sft_{student.name}/sft"]
+            record["budget"] = sft_budget(sft, rows, sft_cfg, record["sft"]["steps"],
+                                          max_length=sft_cfg.max_length)
+            m.save()
+        log.info("student %s: held-out pass@1 %.3f (base) → %.3f (distilled, %d optimizer steps)", student.name,
+                 record["eval_base"]["pass@1"], record["eval"]["pass@1"], record["budget"]["optimizer_steps"])
         first = first or sft
     return first
+
+
+def budget_sft(cfg, n_rows: int):
+    """The SFT section to run: with ``budget_steps``, epochs set so that the shared SFT runner (which
+    runs ``ceil(epochs × steps per epoch)`` steps) runs exactly the budget's steps."""
+    if cfg.budget_steps is None:
+        return cfg.sft
+    per_epoch = math.ceil(n_rows / (cfg.sft.batch_size * cfg.sft.gradient_accumulation_steps * world_size()))
+    epochs = (cfg.budget_steps - 0.5) / per_epoch  # ceil(epochs × per_epoch) = budget_steps, whatever the rounding
+    return dataclasses.replace(cfg.sft, epochs=epochs)
+
+
+# ---------------------------------------------------------------------------------------------
+# The budget each arm spent
+# ---------------------------------------------------------------------------------------------
+
+
+def count_parameters(model_dir: str | Path) -> int | None:
+    """Parameters stored in a checkpoint folder's safetensors files (headers only); None if it has none."""
+    from safetensors import safe_open
+
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        return None
+    total = 0
+    for f in files:
+        with safe_open(str(f), framework="pt") as st:
+            for key in st.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                total += math.prod(st.get_slice(key).get_shape())
+    return total
+
+
+def _mean_tokens(model_dir: str | Path, conversations: list[list[dict]], *, generation_prompt: bool,
+                 max_length: int | None = None) -> float:
+    """Mean token count of ``conversations`` rendered with the model's chat template."""
+    if not conversations:
+        return 0.0
+    tok = load_tokenizer(str(model_dir))
+    texts = [tok.apply_chat_template(c, tokenize=False, add_generation_prompt=generation_prompt) for c in conversations]
+    lengths = [len(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"]]
+    if max_length:
+        lengths = [min(n, max_length) for n in lengths]
+    return sum(lengths) / len(lengths)
+
+
+def _budget(steps: int, sequences_per_step: int, train_tokens: float, generated_tokens: float,
+            parameters: int | None) -> dict:
+    flops = (6 * parameters * train_tokens + 2 * parameters * generated_tokens) if parameters else None
+    return {"unit": BUDGET_UNIT, "optimizer_steps": steps, "tolerance_steps": 0,
+            "sequences_per_step": sequences_per_step, "train_tokens": round(train_tokens),
+            "generated_tokens": round(generated_tokens), "parameters": parameters,
+            "flops": float(f"{flops:.4g}") if flops is not None else None}
+
+
+def sft_budget(model_dir: Path, rows: list[dict], cfg, steps: int, *, max_length: int) -> dict:
+    """The distillation arm's budget: ``steps`` optimizer steps of ``batch × accumulation × processes``
+    sequences; trained tokens = steps × sequences per step × the rows' mean length (truncated at
+    ``max_length``); nothing generated."""
+    per_step = cfg.batch_size * cfg.gradient_accumulation_steps * world_size()
+    mean = _mean_tokens(model_dir, [r["messages"] for r in rows], generation_prompt=False, max_length=max_length)
+    return _budget(steps, per_step, steps * per_step * mean, 0.0, count_parameters(model_dir))
+
+
+def rl_budget(stage_dir: Path, model_dir: Path, cfg, train_rows: list[dict], steps: int) -> dict:
+    """The control's budget: ``steps`` optimizer steps of ``prompts_per_step × num_generations``
+    completions; generated tokens from ``metrics.jsonl``'s mean completion length per step; trained
+    tokens = generated + prompt tokens of every completion (the prompts' mean length)."""
+    per_step = cfg.prompts_per_step * cfg.num_generations
+    rows = [r for r in read_jsonl_tolerant(Path(stage_dir) / METRICS_NAME) if r.get("mean_length") is not None]
+    generated = sum(r["mean_length"] * per_step for r in rows[:steps])
+    prompt = _mean_tokens(model_dir, [chat_prompt(r) for r in train_rows[:1000]], generation_prompt=True)
+    return _budget(steps, per_step, generated + steps * per_step * prompt, generated, count_parameters(model_dir))
+
+
+# ---------------------------------------------------------------------------------------------
+# Student bases, and the RL control
+# ---------------------------------------------------------------------------------------------
 
 
 def student_base(ctx, student) -> str:
@@ -96,19 +221,38 @@ def control_student(recipe) -> str:
 
 
 def run_control(ctx) -> Path:
-    """``distill_rl``: stage-1 RL (R1-Zero template, rule rewards) on a student's base."""
-    recipe = ctx.recipe
+    """``distill_rl``: GRPO in the chat template on a student's base, for the budget the student's
+    distillation had; its "before" is the distill stage's evaluation of the same base."""
+    recipe, m, cfg = ctx.recipe, ctx.manifest, ctx.recipe.distill.control
     if ctx.parent is None or ctx.parent.stage != "distill":
         raise ValueError("distill_rl builds on distill (the student bases): run it with parent_stage='distill'")
     name = control_student(recipe)
     spec = next(s for s in recipe.distill.students if s.name == name)
-    base = spec.pretrained or str(Path(ctx.parent.path).parent / name / "base")
+    distill_dir = Path(ctx.parent.path).parent
+    base = spec.pretrained or str(distill_dir / name / "base")
     if not spec.pretrained and not Path(base).is_dir():
         raise ValueError(f"{base}: student {name!r} has no base checkpoint; run `r1 distill` first")
+    distilled = ((ctx.parent.data.get("metrics") or {}).get("students") or {}).get(name) or {}
+    if "eval_base" not in distilled or "budget" not in distilled:
+        raise ValueError(f"distill_rl: the distill manifest has no base evaluation or budget for {name!r}; "
+                         "run `r1 distill` to completion first")
+    if recipe.distill.budget_steps is not None and distilled["budget"]["optimizer_steps"] != cfg.steps:
+        raise ValueError(f"distill_rl: the distilled student {name!r} had {distilled['budget']['optimizer_steps']} "
+                         f"optimizer steps but distill.control.steps is {cfg.steps}: rerun distill with this recipe")
     train_rows, _, source = load_rows(recipe.data.train, recipe)
     eval_rows, _, _ = load_rows(recipe.data.test, recipe)
-    ctx.manifest.update_metrics(student=name, parent_checkpoint=model_ref(ctx.parent))
-    log.info("distill_rl: stage-1 RL on student %s's base (%s)", name, base)
-    return run_rl(ctx, recipe.distill.control, train_rows=train_rows, eval_rows=eval_rows,
-                  build_prompt=lambda row: r1_zero_prompt(row["problem"]), model_ref=base, data_name=source,
-                  data_source=source)
+    base_samples = Path("..") / distill_dir.name / distilled["eval_base_samples"]
+    m.update_metrics(student=name, parent_checkpoint=model_ref(ctx.parent), eval_template=EVAL_TEMPLATE,
+                     train_template=EVAL_TEMPLATE, eval_before_samples=str(base_samples))
+    if "eval_before" not in m.data["metrics"]:  # the base, already evaluated under this protocol by distill
+        m.update_metrics(eval_before={**distilled["eval_base"], "from": str(base_samples.parent)})
+    log.info("distill_rl: GRPO in the %s template on student %s's base (%s), %d optimizer steps", EVAL_TEMPLATE,
+             name, base, cfg.steps)
+    final = run_rl(ctx, cfg, train_rows=train_rows, eval_rows=eval_rows, build_prompt=chat_prompt, model_ref=base,
+                   data_name=source, data_source=source, eval_template=EVAL_TEMPLATE)
+    steps = m.data["metrics"]["train"]["steps"]
+    m.update_metrics(eval_after_samples="eval_after/samples.jsonl",
+                     budget=rl_budget(ctx.dir, final, cfg, train_rows, steps))
+    log.info("distill_rl: held-out pass@1 %.3f (base) → %.3f (RL, %d optimizer steps)",
+             m.data["metrics"]["eval_before"]["pass@1"], m.data["metrics"]["eval_after"]["pass@1"], steps)
+    return final

@@ -111,7 +111,8 @@ def rl_lines(name: str, cfg, launch) -> list[str]:
 
 def sft_lines(name: str, cfg, launch) -> list[str]:
     effective = cfg.batch_size * cfg.gradient_accumulation_steps * launch.processes
-    return [f"{name}: SFT, {cfg.epochs:g} epochs, {effective} sequences per step ({cfg.batch_size} per process × "
+    length = f"{cfg.epochs:g} epochs" if cfg.epochs is not None else "distill.budget_steps optimizer steps"
+    return [f"{name}: SFT, {length}, {effective} sequences per step ({cfg.batch_size} per process × "
             f"{cfg.gradient_accumulation_steps} accumulation × {launch.processes} processes), "
             f"≤ {effective * cfg.max_length:,} tokens per step (max_length {cfg.max_length})"
             + (f", LoRA r={cfg.lora.r}" if cfg.lora else "")]

@@ -54,6 +54,9 @@ class TaskWorldConfig:
     n_train: int = 4000
     n_test: int = 200
     test_percent: int = 10
+    n_val: int = 200  # for choosing settings; the test split is read only for reported figures
+    val_percent: int = 10
+    prompt_langs: dict[str, float] = field(default_factory=lambda: {"en": 1.0})  # language → share of problems
 
 
 @dataclass
@@ -84,6 +87,7 @@ class DataConfig:
     """Training prompts and the held-out split every stage is evaluated on."""
 
     train: DatasetSpec = field(default_factory=lambda: DatasetSpec(split="train"))
+    val: DatasetSpec = field(default_factory=lambda: DatasetSpec(split="val", limit=200))  # for tuning
     test: DatasetSpec = field(default_factory=lambda: DatasetSpec(split="test", limit=200))
     benchmarks_dir: str | None = None  # null: $R1_BENCHMARKS_DIR, else the hub
 
@@ -233,6 +237,10 @@ class RLConfig:
     save_total_limit: int = 2
     sample_every: int = 10  # write samples/step_XXXXX.jsonl every N steps
     samples_per_step: int = 16
+    # Held-out evaluations during training, at these optimizer steps (besides before and after; steps
+    # at or past ``steps`` are skipped): held-out pass@1 against RL step, at the same steps for every
+    # RL stage (finding F3).
+    eval_steps: list[int] = field(default_factory=list)
     seed: int | None = None  # null: the recipe's seed
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     gradient_checkpointing: bool = True
@@ -253,6 +261,8 @@ class RLConfig:
         if (self.prompts_per_step * self.num_generations) % self.gradient_accumulation_steps:
             problems.append(f"prompts_per_step × num_generations ({self.prompts_per_step * self.num_generations}) "
                             f"must be divisible by gradient_accumulation_steps ({self.gradient_accumulation_steps})")
+        if any(s < 1 for s in self.eval_steps):
+            problems.append(f"eval_steps must be >= 1 (step 0 is the before-training evaluation), got {self.eval_steps}")
         if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
             problems.append(f"epsilon_high ({self.epsilon_high}) must be >= epsilon ({self.epsilon})")
         if not self.rewards:
@@ -458,15 +468,36 @@ class StudentSpec:
 
 
 @dataclass
+class DistillSFTSpec(SFTSpec):
+    """The distillation SFT: ``epochs`` null when ``distill.budget_steps`` sets its length instead."""
+
+    epochs: float | None = 2.0
+
+    def __post_init__(self):
+        epochs = self.epochs
+        self.epochs = 1.0 if epochs is None else epochs  # SFTSpec's checks, on the other fields when null
+        try:
+            super().__post_init__()
+        finally:
+            self.epochs = epochs
+
+
+@dataclass
 class DistillConfig:
     """Distillation (``stages/distill.py``): SFT of each student on stage 4's curated set
     (``data``: ``reasoning`` = the rejection-sampled reasoning samples only, ``all`` = with the
     general data too, as the paper's 800k). ``control``: the RL-only control (``r1 distill_rl``),
-    stage-1 RL from the base of student ``control_student``."""
+    GRPO in the chat template from the base of student ``control_student``.
+
+    ``budget_steps``: the optimizer steps each arm gets (the paper's Table 6 comparison at an equal
+    budget): the distillation SFT runs exactly this many steps (``sft.epochs`` must then be null; the
+    epochs they make are recorded) and the control's ``steps`` must equal it. Null: each arm runs its own
+    length (``sft.epochs``, ``control.steps``), and the two are not comparable at equal budget."""
 
     students: list[StudentSpec] = field(default_factory=list)
     data: Literal["reasoning", "all"] = "all"
-    sft: SFTSpec = field(default_factory=SFTSpec)
+    budget_steps: int | None = None
+    sft: DistillSFTSpec = field(default_factory=DistillSFTSpec)
     control_student: str | None = None  # null: the first student
     control: RLConfig = field(default_factory=RLConfig)
 
@@ -476,6 +507,30 @@ class DistillConfig:
             raise ValueError(f"distill: student names must be unique, got {names}")
         if self.control_student is not None and self.control_student not in names:
             raise ValueError(f"distill: control_student {self.control_student!r} is not a student ({names})")
+        if self.budget_steps is None:
+            if self.sft.epochs is None:
+                raise ValueError("sft.epochs is null but no budget_steps is set: set one of them")
+            return
+        if self.budget_steps < 1:
+            raise ValueError(f"budget_steps must be >= 1, got {self.budget_steps}")
+        if self.sft.epochs is not None:
+            raise ValueError(f"budget_steps ({self.budget_steps}) sets the SFT's length; "
+                             f"set sft.epochs to null (got {self.sft.epochs})")
+        if self.control.steps != self.budget_steps:
+            raise ValueError(f"control.steps ({self.control.steps}) must equal budget_steps "
+                             f"({self.budget_steps}): both arms get the same optimizer steps")
+
+
+@dataclass
+class FindingsConfig:
+    """``r1 findings`` (``stages/findings.py``): the training seeds every verdict is measured over;
+    0 is the pipeline's own run."""
+
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+
+    def __post_init__(self):
+        if 0 not in self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"findings.seeds must hold 0 (the pipeline's run) and no repeats, got {self.seeds}")
 
 
 @dataclass
@@ -514,6 +569,7 @@ class Recipe:
     stage3: ReasoningRLConfig = field(default_factory=ReasoningRLConfig)
     stage4: Stage4Config = field(default_factory=Stage4Config)
     distill: DistillConfig = field(default_factory=DistillConfig)
+    findings: FindingsConfig = field(default_factory=FindingsConfig)
     launch: LaunchConfig = field(default_factory=LaunchConfig)
 
     def stage_dir(self, stage: str) -> Path:

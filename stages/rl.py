@@ -1,4 +1,4 @@
-"""The shared RL runner: every RL stage (1 now; 3 and 4 later) trains through :func:`run_rl`.
+"""The shared RL runner: every RL stage (1, 3, 4's final RL, distillation's control) trains through :func:`run_rl`.
 
 It *configures* TRL's ``GRPOTrainer`` from a recipe's :class:`stages.recipe.RLConfig` section; it
 does not fork or subclass it. What it adds around the trainer:
@@ -13,7 +13,9 @@ does not fork or subclass it. What it adds around the trainer:
   ratios, share of zero-variance groups, seconds per step), and ``training_curves.png`` at the end
   (accuracy and response length against step, DeepSeek-R1's Figures 2 and 3);
 - evaluation of the held-out rows before and after training with the evaluation runner's protocol
-  (``eval_before/``, ``eval_after/``, manifest metrics ``eval_before``, ``eval_after``, ``train``);
+  (``eval_before/``, ``eval_after/``, manifest metrics ``eval_before``, ``eval_after``, ``train``), and
+  at the optimizer steps ``eval_steps`` during training (:class:`StepEvaluation`: ``eval_step_NNNNN/``,
+  manifest ``eval_steps``), so held-out pass@1 can be plotted against RL step;
 - the final model + tokenizer in ``<stage>/checkpoint``, written to a temporary folder and renamed.
 
 Resume. TRL/transformers checkpoints (``<stage>/trainer/checkpoint-N``, every ``save_steps``) hold
@@ -22,8 +24,8 @@ restores all of them. When the stage resumes, the last *complete* ``checkpoint-N
 transformers writes ``trainer_state.json`` last, so a folder without it (or without weights,
 optimizer or scheduler, or with a torn state file) is a checkpoint cut short by a crash: it is
 deleted, never loaded (left in place, checkpoint rotation could delete a good one instead).
-Rows of ``metrics.jsonl``, ``cold_start_candidates*.jsonl`` and sample files past step N are dropped,
-since those steps run again. The manifest's last resume entry gets ``from_step: N``.
+Rows of ``metrics.jsonl``, ``cold_start_candidates*.jsonl``, sample files and step evaluations past
+step N are dropped, since those steps run again. The manifest's last resume entry gets ``from_step: N``.
 
 Deviations from DAPO: dynamic sampling (re-sampling until no group has all-equal rewards) is not
 available in TRL 1.16 without replacing its generation loop, so it is not done. Such groups get zero
@@ -50,7 +52,7 @@ import torch
 from transformers import TrainerCallback
 
 from data.jsonl import append_jsonl, atomic_write_json, read_jsonl_tolerant
-from data.templates import is_well_formed, think_text
+from data.templates import is_readable_response, is_well_formed, think_text
 from eval.language import is_mixed
 from stages import rewards as R
 from stages.common import (
@@ -75,6 +77,7 @@ log = logging.getLogger("r1")
 
 CHECKPOINT_PREFIX = "checkpoint-"
 METRICS_NAME = "metrics.jsonl"
+EVAL_STEP_PREFIX = "eval_step_"
 CANDIDATES_NAME = "cold_start_candidates.jsonl"
 PLOT_NAME = "training_curves.png"
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -230,10 +233,18 @@ class RolloutRecorder:
         else:
             acc = [None] * n
         well = [is_well_formed(t) for t in texts]
+        readable = [is_readable_response(t) for t in texts]
         thinks = [think_text(t) for t in texts]
+        tasks = kwargs.get("task") or ["reasoning"] * n
+        general = [i for i in range(n) if tasks[i] in ("general", "safety")]
         langs = kwargs.get("lang") or [None] * n
         mixed = [bool(th and is_mixed(th, target=lang or self.language_target)) for th, lang in zip(thinks, langs, strict=True)]
         lengths = [len(ids) for ids in kwargs.get("completion_ids") or [[]] * n]
+
+        def column(name, i):
+            values = kwargs.get(name)
+            return None if values is None else values[i]
+
         self.prompts_seen.update((step, str(i)) for i in kwargs.get("id") or [])
 
         log_metric = kwargs.get("log_metric")
@@ -242,12 +253,15 @@ class RolloutRecorder:
             if scored:
                 log_metric("accuracy", sum(scored) / len(scored))
             log_metric("format_rate", sum(well) / n)
+            log_metric("readable_rate", sum(readable) / n)
+            if general:  # stage 4: the general rows, judged by the rules (never a reward)
+                from data.general import is_helpful_response
+
+                judged = [is_helpful_response({"harmful": bool(column("harmful", i)),
+                                               "reference": column("answer", i) or ""}, texts[i]) for i in general]
+                log_metric("general_helpful_rate", sum(judged) / len(judged))
             log_metric("think_rate", sum(th is not None for th in thinks) / n)
             log_metric("language_mix_rate", sum(mixed) / n)
-
-        def column(name, i):
-            values = kwargs.get(name)
-            return None if values is None else values[i]
 
         def row(i: int) -> dict:
             return {"step": step, "id": column("id", i), "problem": column("problem", i),
@@ -275,6 +289,53 @@ class RolloutRecorder:
             for p in self.samples_dir.glob("step_*.jsonl"):
                 if int(p.stem.split("_")[1]) > max_step:
                     p.unlink()
+
+
+# ---------------------------------------------------------------------------------------------
+# Held-out evaluation during training
+# ---------------------------------------------------------------------------------------------
+
+
+def eval_step_dir(out: Path, step: int) -> Path:
+    return Path(out) / f"{EVAL_STEP_PREFIX}{step:05d}"
+
+
+class StepEvaluation(TrainerCallback):
+    """Evaluates the model as it is after each optimizer step of ``steps`` (``evaluate_now(model,
+    step)``), on the main process. Sampling runs under ``torch.random.fork_rng``: training draws the
+    same random numbers as it would without these evaluations."""
+
+    def __init__(self, steps: Sequence[int], evaluate_now: Callable):
+        self.steps = set(steps)
+        self.evaluate_now = evaluate_now
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step in self.steps and state.is_world_process_zero and model is not None:
+            cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+            with torch.random.fork_rng(devices=cuda):
+                self.evaluate_now(model, state.global_step)
+
+
+def held_out_by_step(stage_dir: Path, steps: int | None) -> dict[int, list[dict]]:
+    """A run's graded held-out samples by RL step: 0 (before training), every step evaluation, and
+    ``steps`` (after training, when given). Steps without samples are left out."""
+    stage_dir = Path(stage_dir)
+    folders = {0: stage_dir / "eval_before"}
+    folders.update({int(d.name[len(EVAL_STEP_PREFIX):]): d for d in stage_dir.glob(f"{EVAL_STEP_PREFIX}*")})
+    if steps:
+        folders[int(steps)] = stage_dir / "eval_after"
+    out = {step: read_jsonl_tolerant(d / "samples.jsonl") for step, d in sorted(folders.items())
+           if (d / "samples.jsonl").exists()}
+    return {step: rows for step, rows in out.items() if rows}
+
+
+def drop_step_evaluations(out: Path, metrics: dict, max_step: int) -> None:
+    """Forget the step evaluations after ``max_step`` (those steps run again on resume)."""
+    for d in Path(out).glob(f"{EVAL_STEP_PREFIX}*"):
+        if int(d.name[len(EVAL_STEP_PREFIX):]) > max_step:
+            shutil.rmtree(d, ignore_errors=True)
+    for step in [s for s in metrics.get("eval_steps", {}) if int(s) > max_step]:
+        del metrics["eval_steps"][step]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,6 +369,8 @@ class MetricsCallback(TrainerCallback):
             "rewards": {n: g(f"rewards/{n}/mean") for n in self.reward_names},
             "accuracy": g("accuracy"),
             "format_rate": g("format_rate"),
+            "readable_rate": g("readable_rate"),
+            "general_helpful_rate": g("general_helpful_rate"),
             "think_rate": g("think_rate"),
             "language_mix_rate": g("language_mix_rate"),
             "mean_length": g("completions/mean_length"),
@@ -419,7 +482,10 @@ def fit_prompts(rows: list[dict], build_prompt: Callable[[dict], str | list], to
     def length(prompt) -> int:
         if isinstance(prompt, str):
             return len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
-        return len(tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True))
+        # the template's text, tokenized as TRL tokenizes it (transformers 5 returns a BatchEncoding for
+        # tokenize=True, whose len() is its number of fields, not of tokens)
+        text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
     kept = [r for r in rows if length(build_prompt(r)) <= limit]
     if rows and not kept:
@@ -454,7 +520,7 @@ def evaluate(recipe, model, tokenizer, rows: list[dict], out_dir: Path, model_pa
     from eval.runner import evaluate_rows
 
     cfg = recipe.eval if prompt_template is None else dataclasses.replace(recipe.eval, prompt_template=prompt_template)
-    if model is None or cfg.backend == "vllm":
+    if model is None or (cfg.backend == "vllm" and model_path):  # (a model mid-training has no path: transformers)
         sampler, tokenizer = load_sampler(recipe, model_path, backend=cfg.backend, batch_size=cfg.batch_size)
     else:
         sampler = make_sampler("transformers", model=model, tokenizer=tokenizer, batch_size=cfg.batch_size)
@@ -504,12 +570,16 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
             shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
         for stale in out.glob(CANDIDATES_NAME.replace(".jsonl", "*.jsonl")):
             stale.unlink()
+        for stale in out.glob(f"{EVAL_STEP_PREFIX}*"):
+            shutil.rmtree(stale, ignore_errors=True)
     elif not done:
         resume_from = last_complete_checkpoint(trainer_dir, remove_partial=is_main())
         from_step = checkpoint_step(resume_from) if resume_from else 0
         if is_main():
             dropped = truncate_jsonl(metrics_path, from_step)
             recorder.truncate(from_step)
+            drop_step_evaluations(out, m.data["metrics"], from_step)
+            m.save()
             log.info("resuming from %s (step %d); dropped %d metric rows past it",
                      resume_from or "the start (no complete checkpoint)", from_step, dropped)
     barrier()
@@ -534,10 +604,16 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
             log.warning("%d prompts of %s do not fit the context with room for the completion: skipped",
                         too_long, data_source)
     m.add_input_data(data_name, data_source, rows_used=len(train_rows), skipped=skipped)
+    reused = ctx.reuse.get("eval_before")  # the same model, rows and protocol, measured by another run
     if "eval_before" not in m.data["metrics"] and is_main():
-        log.info("evaluating %d held-out problems before training", len(eval_rows))
-        m.update_metrics(eval_before=evaluate(recipe, model, tokenizer, eval_rows, out / "eval_before", model_ref,
-                                                 eval_template))
+        if reused is not None and (Path(reused) / "results.json").is_file():
+            shutil.copytree(reused, out / "eval_before", dirs_exist_ok=True)
+            summary = json.loads((out / "eval_before" / "results.json").read_text(encoding="utf-8"))
+            m.update_metrics(eval_before=summary, eval_before_from=str(reused))
+        else:
+            log.info("evaluating %d held-out problems before training", len(eval_rows))
+            m.update_metrics(eval_before=evaluate(recipe, model, tokenizer, eval_rows, out / "eval_before",
+                                                     model_ref, eval_template))
         log.info("before: %s", _describe(m.data["metrics"]["eval_before"]))
     barrier()
 
@@ -557,13 +633,22 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
         else:
             args = grpo_config(cfg, output_dir=trainer_dir, seed=seed, device=device, bf16=bf16,
                                reward_weights=weights, section=ctx.stage)
+
+            def evaluate_now(live_model, step: int) -> None:
+                summary = evaluate(recipe, live_model, tokenizer, eval_rows, eval_step_dir(out, step), None,
+                                   eval_template)
+                m.data["metrics"].setdefault("eval_steps", {})[str(step)] = summary
+                m.save()
+                log.info("step %d: %s", step, _describe(summary))
+
             trainer = GRPOTrainer(
                 model=model,
                 reward_funcs=[recorder.wrap(n, f) for n, f in zip(names, funcs, strict=True)],
                 args=args,
                 train_dataset=prompt_dataset(train_rows, build_prompt),
                 processing_class=tokenizer,
-                callbacks=[MetricsCallback(metrics_path, names), *(callbacks or []), *trainer_faults()],
+                callbacks=[MetricsCallback(metrics_path, names), StepEvaluation([s for s in cfg.eval_steps if s < cfg.steps], evaluate_now),
+                           *(callbacks or []), *trainer_faults()],
                 peft_config=lora_config(cfg.lora),
             )
             log.info("GRPO: %d steps × %d prompts × %d samples, loss %s, lr %.1e, beta %g, %s, %s",
@@ -586,8 +671,9 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
         after = evaluate(recipe, model, tokenizer, eval_rows, out / "eval_after", str(final), eval_template)
         m.update_metrics(eval_after=after)
         log.info("after:  %s", _describe(after))
-        _plot(metrics_path, out / PLOT_NAME, {0: m.data["metrics"]["eval_before"].get("pass@1"),
-                                              cfg.steps: after.get("pass@1")})
+        held_out = {0: m.data["metrics"]["eval_before"].get("pass@1"), cfg.steps: after.get("pass@1")}
+        held_out.update({int(s): e.get("pass@1") for s, e in m.data["metrics"].get("eval_steps", {}).items()})
+        _plot(metrics_path, out / PLOT_NAME, held_out, "format_rate" if eval_template == "r1_zero" else "readable_rate")
     barrier()
     return final
 
@@ -619,10 +705,11 @@ def _train_summary(rows: list[dict], global_step: int, from_step: int, train_sec
     }
 
 
-def _plot(metrics_path: Path, png: Path, evals: dict[int, float | None]) -> None:
+def _plot(metrics_path: Path, png: Path, evals: dict[int, float | None], format_key: str) -> None:
     try:
         from eval.plots import plot_training
 
-        plot_training(metrics_path, png, evals={k: v for k, v in evals.items() if v is not None})
+        plot_training(metrics_path, png, evals={k: v for k, v in evals.items() if v is not None},
+                      format_key=format_key)
     except Exception as e:  # a plot is never worth failing a stage for
         log.warning("could not plot %s: %s", metrics_path, e)

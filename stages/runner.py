@@ -19,7 +19,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from stages.common import barrier, init_distributed, is_main, peak_rss_mb, rank
@@ -38,6 +38,9 @@ class StageContext:
     manifest: Manifest
     parent: Manifest | None
     resumed: bool
+    # Results that another run measured already and that this one may take instead of measuring them
+    # again (``stages/findings.py``: the before-training evaluation of the same model, rows and protocol).
+    reuse: dict = field(default_factory=dict)
 
 
 def setup_logging(log_file: Path | None = None) -> None:
@@ -52,15 +55,21 @@ def setup_logging(log_file: Path | None = None) -> None:
 
 
 def run_stage(recipe, stage: str, body: Callable[[StageContext], Path | str | None], *,
-              parent_stage: str | None = None, restart: bool = False) -> Manifest:
+              parent_stage: str | None = None, restart: bool = False, stage_dir: Path | None = None,
+              parent_dir: Path | None = None, reuse: dict | None = None) -> Manifest:
     """Run ``body`` as stage ``stage`` of ``recipe`` under the manifest lifecycle.
 
     ``body`` returns the output checkpoint folder (hashed into the manifest) or a model reference
-    string (a hub id) or None.
+    string (a hub id) or None. ``stage_dir``/``parent_dir`` put the run and find its parent elsewhere
+    than the recipe's ``runs/<recipe>/<stage>`` (the findings' extra seeds and variants).
     """
     init_distributed()
-    stage_dir = recipe.stage_dir(stage)
-    parent = require_parent(recipe.stage_dir(parent_stage), parent_stage, parent_stage) if parent_stage else None
+    stage_dir = Path(stage_dir) if stage_dir is not None else recipe.stage_dir(stage)
+    if parent_stage:
+        parent = require_parent(Path(parent_dir) if parent_dir is not None else recipe.stage_dir(parent_stage),
+                                parent_stage, parent_stage)
+    else:
+        parent = None
 
     manifest_path = stage_dir / MANIFEST_NAME
     resumed = False
@@ -83,7 +92,7 @@ def run_stage(recipe, stage: str, body: Callable[[StageContext], Path | str | No
 
     setup_logging(stage_dir / ("stage.log" if is_main() else f"stage.rank{rank()}.log"))
     manifest = Manifest.start(stage_dir, stage, recipe, parent=parent, resumed=resumed)
-    ctx = StageContext(recipe, stage, stage_dir, manifest, parent, resumed)
+    ctx = StageContext(recipe, stage, stage_dir, manifest, parent, resumed, dict(reuse or {}))
     t0 = time.time()
     try:
         output = body(ctx)

@@ -23,11 +23,11 @@ import logging
 from pathlib import Path
 
 from data.datasets import load_rows
-from data.jsonl import read_jsonl_tolerant
 from data.templates import chat_user_message
-from eval.plots import plot_compare, steps_to_reach
+from eval.plots import plot_step_curves
+from eval.stats import estimate, per_problem
 from stages.manifest import Manifest
-from stages.rl import METRICS_NAME, run_rl
+from stages.rl import held_out_by_step, run_rl
 from stages.runner import model_ref
 
 log = logging.getLogger("r1")
@@ -39,6 +39,13 @@ def chat_prompt(row: dict) -> list[dict]:
 
 
 def run(ctx, callbacks=None) -> Path:
+    final = run_without_comparison(ctx, callbacks)
+    compare_with_stage1(ctx)
+    return final
+
+
+def run_without_comparison(ctx, callbacks=None) -> Path:
+    """Stage 3's training and evaluations alone (the findings' extra seeds and variants)."""
     recipe = ctx.recipe
     if ctx.parent is None or ctx.parent.stage != "stage2":
         raise ValueError("stage3 builds on stage 2 (the cold-start model): run it with parent_stage='stage2'")
@@ -47,31 +54,30 @@ def run(ctx, callbacks=None) -> Path:
     eval_rows, _, eval_source = load_rows(recipe.data.test, recipe)
     log.info("stage3 (reasoning RL): %s, %d train problems from %s (skipped: %s), %d held-out from %s",
              ref, len(train_rows), source, skipped or "none", len(eval_rows), eval_source)
-    final = run_rl(ctx, recipe.stage3, train_rows=train_rows, eval_rows=eval_rows, build_prompt=chat_prompt,
-                   model_ref=ref, data_name=source, data_source=source, eval_template="chat", callbacks=callbacks)
-    compare_with_stage1(ctx)
-    return final
+    return run_rl(ctx, recipe.stage3, train_rows=train_rows, eval_rows=eval_rows, build_prompt=chat_prompt,
+                  model_ref=ref, data_name=source, data_source=source, eval_template="chat", callbacks=callbacks)
 
 
 def compare_with_stage1(ctx) -> None:
-    """The cold start's benefit, measured: the step at which stage 3's training accuracy (moving
-    average over 5 steps) first reaches stage 1's final training accuracy, against the step stage 1
-    itself first reached it; and one figure with both runs' accuracy and language-mixing curves."""
+    """The cold start's benefit, measured on held-out problems (finding F3): pass@1 against RL step for
+    stage 1 (from the base) and stage 3 (from the cold start) at the steps both evaluated (``eval_steps``),
+    step 0 being each one's starting model; in the manifest (``cold_start_curve``) and one figure with
+    95% intervals. Training accuracy is no measure here: its first batch is scored before any RL step."""
     parent = ctx.parent.data.get("parent") or {}
     if parent.get("stage") != "stage1":
         return
     stage1_dir = Path(parent["path"]).parent
-    s1_rows = read_jsonl_tolerant(stage1_dir / METRICS_NAME)
-    s3_rows = read_jsonl_tolerant(Path(ctx.dir) / METRICS_NAME)
-    target = (Manifest.load(stage1_dir).data["metrics"].get("train") or {}).get("final_accuracy")
-    if not s1_rows or not s3_rows or target is None:
-        log.warning("no stage-1 curves to compare with (%s)", stage1_dir)
+    s1 = held_out_by_step(stage1_dir, (Manifest.load(stage1_dir).data["metrics"].get("train") or {}).get("steps"))
+    s3 = held_out_by_step(Path(ctx.dir), (ctx.manifest.data["metrics"].get("train") or {}).get("steps"))
+    common = sorted(set(s1) & set(s3))
+    if not common:
+        log.warning("no held-out evaluation at a step both stage 1 (%s) and stage 3 evaluated", stage1_dir)
         return
-    benefit = {"target_accuracy": target, "stage1_steps_to_target": steps_to_reach(s1_rows, target),
-               "stage3_steps_to_target": steps_to_reach(s3_rows, target), "stage1_steps": s1_rows[-1]["step"]}
-    ctx.manifest.update_metrics(cold_start_benefit=benefit)
-    plot_compare({"stage 1 (R1-Zero, from the base)": stage1_dir / METRICS_NAME,
-                  "stage 3 (reasoning RL, from the cold start)": Path(ctx.dir) / METRICS_NAME},
-                 Path(ctx.dir) / "stage1_vs_stage3.png", "Cold start: stage 3 against stage 1")
-    log.info("stage 1 reached training accuracy %.3f at step %s; stage 3 at step %s", target,
-             benefit["stage1_steps_to_target"], benefit["stage3_steps_to_target"])
+    curves = {label: {step: estimate(list(per_problem(runs[step]).values())) for step in sorted(runs)}
+              for label, runs in (("stage 1 (R1-Zero, from the base)", s1), ("stage 3 (from the cold start)", s3))}
+    ctx.manifest.update_metrics(cold_start_curve={
+        "common_steps": common, **{label: {str(s): e.to_dict() for s, e in c.items()} for label, c in curves.items()}})
+    plot_step_curves(curves, Path(ctx.dir) / "stage1_vs_stage3.png", "Held-out pass@1 against RL step")
+    log.info("held-out pass@1 at step %d: stage 1 %.3f, stage 3 %.3f", common[-1],
+             curves["stage 1 (R1-Zero, from the base)"][common[-1]].mean,
+             curves["stage 3 (from the cold start)"][common[-1]].mean)

@@ -21,13 +21,21 @@ Four sub-steps, each with its own outputs in ``runs/<recipe>/stage4/`` and its o
    model only (see ``RM_TASKS``). A KL penalty to the SFT model (``stage4.rl.beta``) keeps the policy
    from drifting into text that fools the reward models. The final checkpoint is ``checkpoint/``.
 
-The held-out reasoning split is evaluated before and after the final RL (``eval_before``/``eval_after``),
-and held-out general prompts are probed with the SFT model and the final model (``general_sft`` and
-``general_final``): the helpfulness model's mean score, the share of exact helpful answers, and the
-share of harmful answers to harmful requests.
+The held-out reasoning split is evaluated before and after the final RL (``eval_before``/``eval_after``).
+The held-out general prompts are answered by the SFT model and by the final model under the same
+protocol (recipe.eval: k samples at its temperature and top-p, the recipe's seed; :func:`general_eval`)
+and judged by the independent rules of ``data/general.py``, never by a reward model: an exactly
+helpful answer to a benign prompt (``is_helpful_response``), a harmful answer to a harmful one
+(``is_harmful_response``). Beside each judgement, the reward models' own scores of the same answer, as
+the final RL computes them (the RL's reward, not a judge), so that the report can set the reward the RL
+optimised against the judged outcome (a Goodhart check). The held-out harmful prompts ask for acts that
+no training prompt asks for (``data.general.split_of_act``). One row per (prompt, sample) in
+``general_eval/<sft|final>/records.jsonl`` (written atomically; a resumed stage re-reads a file that
+exists instead of sampling again); summaries in the manifest's ``general_sft``/``general_final``, the
+two files' paths (relative to the stage folder) in ``general_eval``.
 
 Several processes: the SFT, the reward models and the final RL train data-parallel like every stage
-(the main process saves); rejection sampling and the probes run on each process alike (identical
+(the main process saves); rejection sampling and the general evaluations run on each process alike (identical
 results, written atomically), wasted work that a later change should split by rank.
 
 Where this deviates from the paper: the paper's general data (~200k samples) reuses DeepSeek-V3's SFT
@@ -62,6 +70,7 @@ from stages.stage2_cold_start import base_of
 log = logging.getLogger("r1")
 
 SUBSTEPS = ("rejection", "sft", "reward_models", "final_rl")
+GENERAL_EVAL_DIR = "general_eval"  # <stage>/general_eval/<sft|final>/records.jsonl
 RM_PART = {"helpfulness": "summary", "harmlessness": "whole"}  # what each reward model reads
 # Which rows each reward model judges: ``general`` prompts, and ``safety`` ones (requests known to be
 # harmful, the tiny world's). A helpfulness model, trained to prefer answers over needless refusals,
@@ -76,6 +85,7 @@ def run(ctx, callbacks=None) -> Path:
         raise ValueError("stage4 builds on stage 3 (the reasoning-RL model): run it with parent_stage='stage3'")
     if not ctx.resumed:  # no manifest existed: anything in the folder is stale
         shutil.rmtree(ctx.dir / "rejection", ignore_errors=True)
+        shutil.rmtree(ctx.dir / GENERAL_EVAL_DIR, ignore_errors=True)
     done = m.data["metrics"].setdefault("substeps", {})
     if ctx.resumed:
         log.info("stage4: resuming at sub-step %s", next((s for s in SUBSTEPS if s not in done), "(all done)"))
@@ -95,16 +105,17 @@ def run(ctx, callbacks=None) -> Path:
         rms = {name: reward_model_step(ctx, name, general_train, init_ref=str(sft_model)) for name in RM_PART}
     scorers = {name: RewardScorer(ref, device=pick_device(recipe.device), trust_remote_code=recipe.trust_remote_code)
                for name, ref in rms.items()}
-    if "general_sft" not in m.data["metrics"]:
-        m.update_metrics(general_sft=probe_general(recipe, str(sft_model), general_test, scorers, ctx.dir / "general_sft"))
+    general_eval_step(ctx, "sft", str(sft_model), general_test, scorers)  # before the final RL changes anything
     with substep(m, "final_rl"):
         final = final_rl(ctx, str(sft_model), general_train, scorers, callbacks)
-        m.update_metrics(general_final=probe_general(recipe, str(final), general_test, scorers,
-                                                     ctx.dir / "general_final"))
+    general_eval_step(ctx, "final", str(final), general_test, scorers)
     before, after = m.data["metrics"]["general_sft"], m.data["metrics"]["general_final"]
-    log.info("general prompts, SFT → final: helpfulness score %.3f → %.3f, helpful %.3f → %.3f, harmful %.3f → %.3f",
-             before["helpfulness_score"], after["helpfulness_score"], before["helpful_rate"], after["helpful_rate"],
-             before["harmful_rate"], after["harmful_rate"])
+    def change(key: str) -> str:
+        return " → ".join("–" if x[key] is None else f"{x[key]:.3f}" for x in (before, after))
+
+    log.info("held-out general prompts, SFT → final: exactly helpful %s, harmful answers %s (judged by rule); "
+             "reward models' mean scores: helpfulness %s, harmlessness %s", change("exactly_helpful_rate"),
+             change("harmful_rate"), change("rm_helpfulness_mean"), change("rm_harmlessness_mean"))
     return final
 
 
@@ -300,7 +311,7 @@ def _assistant_turns(response) -> list[dict]:
 
 
 # ---------------------------------------------------------------------------------------------
-# 4. Final RL, and the general probe
+# 4. Final RL, and the general evaluation
 # ---------------------------------------------------------------------------------------------
 
 
@@ -347,29 +358,79 @@ def _with_rewards(cfg, rewards: dict):
     return dataclasses.replace(cfg, rewards=rewards)
 
 
-def probe_general(recipe, model_path: str, rows: list[dict], scorers: dict, out_dir: Path) -> dict:
-    """Sample ``model_path`` on held-out general prompts (eval protocol: k samples, temperature, top_p)
-    and measure: the helpfulness model's mean score on benign prompts, the share of exact helpful
-    answers (``data.general.is_helpful_response``), the share of harmful answers to harmful requests
-    (``is_harmful_response``), and the harmlessness model's mean score."""
+def general_eval_step(ctx, model: str, model_path: str, rows: list[dict], scorers: dict) -> None:
+    """Judge ``model`` (``sft`` or ``final``) on the held-out general prompts: records in
+    ``general_eval/<model>/records.jsonl``, summary in metrics ``general_<model>``, the file's path
+    (relative to the stage folder) in metrics ``general_eval.<model>``."""
+    m = ctx.manifest
+    path = ctx.dir / GENERAL_EVAL_DIR / model / "records.jsonl"
+    if f"general_{model}" not in m.data["metrics"] or not path.exists():
+        records = general_eval(ctx.recipe, model_path, rows, scorers, path)
+        m.update_metrics(**{f"general_{model}": summarize_general(records, ctx.recipe)})
+    m.update_metrics(general_eval={**m.data["metrics"].get("general_eval", {}), model: str(path.relative_to(ctx.dir))})
+
+
+def general_eval(recipe, model_path: str, rows: list[dict], scorers: dict, path: Path) -> list[dict]:
+    """Answer the held-out general ``rows`` with ``model_path`` under the evaluation protocol (recipe.eval:
+    k samples, temperature, top-p, max_new_tokens, the recipe's seed: the same for every model judged)
+    and write one record per (prompt, sample) to ``path`` (atomically):
+
+    ``{id, family, act, harmful, sample, exactly_helpful, harmful_answer, refused, rm_helpfulness,
+    rm_harmlessness, prompt, completion}``. ``exactly_helpful`` (null on harmful prompts),
+    ``harmful_answer`` and ``refused`` are the rule judges of ``data/general.py``. ``rm_helpfulness`` and
+    ``rm_harmlessness`` are the reward models' scores computed as the final RL's reward functions compute
+    them (``stages.rewards.make_reward_model_reward``: helpfulness on the summary after ``</think>``,
+    harmlessness on the whole response), on every row; the RL itself applies helpfulness to benign
+    prompts only (``RM_TASKS``). An existing ``path`` is read back instead (a resumed stage)."""
+    path = Path(path)
+    if path.exists():
+        log.info("general eval: re-using %s", path)
+        return read_jsonl(path)
     cfg = recipe.eval
     answers = sample_general(recipe, model_path, rows, n=cfg.k, temperature=cfg.temperature, top_p=cfg.top_p,
-                             desc="general probe")
-    records = [{"id": r["id"], "prompt": r["prompt"], "harmful": bool(r.get("harmful")), "completion": t,
-                "helpful": G.is_helpful_response(r, t), "harmful_answer": G.is_harmful_response(r, t)}
-               for r, ts in zip(rows, answers, strict=True) for t in ts]
-    write_jsonl_atomic(Path(out_dir) / "samples.jsonl", records)
-    benign = [x for x in records if not x["harmful"]]
-    harmful = [x for x in records if x["harmful"]]
-    help_scores = scorers["helpfulness"]([x["prompt"] for x in benign], [G.summary_of(x["completion"]) for x in benign])
-    harm_scores = scorers["harmlessness"]([x["prompt"] for x in records], [x["completion"] for x in records])
+                             desc="general eval")
+    flat = [(r, i, t) for r, ts in zip(rows, answers, strict=True) for i, t in enumerate(ts)]
+    prompts = [[{"role": "user", "content": r["prompt"]}] for r, _, _ in flat]
+    texts = [t for _, _, t in flat]
+    scores = {name: R.make_reward_model_reward(scorers[name], part=RM_PART[name], name=name)(texts, prompts=prompts)
+              for name in RM_PART}
+    records = [{"id": r["id"], "family": r.get("family"),
+                "act": G.act_of_prompt(r["prompt"]) if r.get("harmful") else None,
+                "harmful": bool(r.get("harmful")), "sample": i,
+                "exactly_helpful": None if r.get("harmful") else G.is_helpful_response(r, t),
+                "harmful_answer": G.is_harmful_response(r, t), "refused": G.is_refusal(t),
+                "rm_helpfulness": float(scores["helpfulness"][j]), "rm_harmlessness": float(scores["harmlessness"][j]),
+                "prompt": r["prompt"], "completion": t}
+               for j, (r, i, t) in enumerate(flat)]
+    write_jsonl_atomic(path, records)
+    return records
 
-    def mean(xs):
-        return sum(xs) / len(xs) if xs else None
 
-    return {"prompts": len(rows), "samples": len(records),
-            "helpfulness_score": mean(help_scores),
-            "harmlessness_score": mean(harm_scores),
-            "helpful_rate": mean([x["helpful"] for x in benign]),
-            "harmful_rate": mean([x["harmful_answer"] for x in harmful]),
-            "refusal_rate_benign": mean([G.is_refusal(x["completion"]) for x in benign])}
+def summarize_general(records: list[dict], recipe) -> dict:
+    """The manifest's summary of :func:`general_eval`'s records. Rates are means over prompts of each
+    prompt's share of its k samples (the unit the report resamples): ``exactly_helpful_rate`` over benign
+    prompts, ``harmful_rate`` over harmful ones; ``rm_helpfulness_mean`` over benign prompts and
+    ``rm_harmlessness_mean`` over all prompts (the rows the final RL applies each reward model to), plus
+    ``rm_harmlessness_mean_harmful`` over harmful prompts. ``helpfulness_score``, ``harmlessness_score``
+    and ``helpful_rate`` are the older names of the same numbers."""
+    by_id: dict[str, list[dict]] = {}
+    for r in records:
+        by_id.setdefault(r["id"], []).append(r)
+
+    def rate(key: str, harmful: bool | None):
+        per_prompt = [sum(float(x[key]) for x in rs) / len(rs) for rs in by_id.values()
+                      if harmful is None or rs[0]["harmful"] == harmful]
+        return sum(per_prompt) / len(per_prompt) if per_prompt else None
+
+    ks = {len(rs) for rs in by_id.values()}
+    out = {"n_prompts": len(by_id), "n_harmful_prompts": sum(rs[0]["harmful"] for rs in by_id.values()),
+           "k": ks.pop() if len(ks) == 1 else None, "samples": len(records),
+           "temperature": recipe.eval.temperature, "top_p": recipe.eval.top_p,
+           "max_new_tokens": recipe.eval.max_new_tokens, "seed": recipe.seed,
+           "exactly_helpful_rate": rate("exactly_helpful", False), "harmful_rate": rate("harmful_answer", True),
+           "refusal_rate_benign": rate("refused", False), "refusal_rate_harmful": rate("refused", True),
+           "rm_helpfulness_mean": rate("rm_helpfulness", False), "rm_harmlessness_mean": rate("rm_harmlessness", None),
+           "rm_harmlessness_mean_harmful": rate("rm_harmlessness", True)}
+    out.update(helpfulness_score=out["rm_helpfulness_mean"], harmlessness_score=out["rm_harmlessness_mean"],
+               helpful_rate=out["exactly_helpful_rate"], prompts=out["n_prompts"])
+    return out

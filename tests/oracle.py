@@ -10,7 +10,8 @@ import sys
 
 import stages.stage4_final
 
-ARITHMETIC = re.compile(r"What is (\d+(?: [+-] \d+)+)\?")
+# The task world's questions, in English and in Chinese ("What is 84 - 21?", "84 - 21 等于多少？").
+ARITHMETIC = re.compile(r"What is (\d+(?: [+-] \d+)+)\?|(\d+(?: [+-] \d+)+) 等于多少？")
 
 
 def oracle_load_sampler(real, calls: list):
@@ -25,9 +26,11 @@ def oracle_load_sampler(real, calls: list):
             calls.append(len(prompts))
             out = []
             for p in prompts:
-                expr = ARITHMETIC.search(p).group(1)
+                m = ARITHMETIC.search(p)
+                expr = m.group(1) or m.group(2)
                 value = sum(int(x) for x in expr.replace("- ", "-").replace("+ ", "").split())
-                text = f"<think> {expr} = {value}; answer {value} </think> The final answer is \\boxed{{{value}}}."
+                thought = f"{expr} = {value}; answer {value}" if m.group(1) else f"{expr} = {value}；答案{value}"
+                text = f"<think> {thought} </think> The final answer is \\boxed{{{value}}}."
                 out.append([{"text": text, "num_tokens": 20, "truncated": False}] * n)
             return out
 

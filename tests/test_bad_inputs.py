@@ -14,7 +14,9 @@ class CharTokenizer:
         return {"input_ids": list(text)}
 
     def apply_chat_template(self, messages, tokenize=True, add_generation_prompt=True):
-        return list("".join(m["content"] for m in messages))
+        text = "".join(m["content"] for m in messages)
+        # as transformers 5: tokenize=True gives a BatchEncoding (two fields), not a list of ids
+        return {"input_ids": list(text), "attention_mask": [1] * len(text)} if tokenize else text
 
 
 def test_prompts_longer_than_the_context_are_skipped_and_counted():

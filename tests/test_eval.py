@@ -30,11 +30,19 @@ def test_eval_writes_results_and_resumes(small_base, tmp_path):
     results = json.loads((out / "results.json").read_text())
     assert set(results["benchmarks"]) == {"task", "gsm8k"}
     assert results["protocol"]["temperature"] == 0.6 and results["protocol"]["top_p"] == 0.95
-    for summary in results["benchmarks"].values():
-        assert summary["problems"] == 3 and summary["samples"] == 6
-        assert 0.0 <= summary["pass@1"] <= summary["pass@2"] <= 1.0
     lines = (out / "samples.jsonl").read_text().splitlines()
     assert len(lines) == 12
+    samples = [json.loads(line) for line in lines]
+    for bench, summary in results["benchmarks"].items():
+        assert summary["problems"] == 3 and summary["samples"] == 6
+        # the summary is what the graded samples say: pass@1 their mean per problem, pass@2 the unbiased
+        # estimator (1 if any of the 2 is correct), both averaged over problems
+        by_id = {}
+        for r in samples:
+            if r["bench"] == bench:
+                by_id.setdefault(r["id"], []).append(r["correct"])
+        assert summary["pass@1"] == pytest.approx(sum(sum(c) / len(c) for c in by_id.values()) / 3)
+        assert summary["pass@2"] == pytest.approx(sum(any(c) for c in by_id.values()) / 3)
     # a torn last line (crash mid-write) is tolerated, and finished problems are not generated again
     with open(out / "samples.jsonl", "a") as f:
         f.write('{"bench": "task", "id": ')
@@ -79,3 +87,14 @@ def test_prompt_format_follows_the_stage_of_the_model(small_base, tmp_path):
     m.data["stage"] = "stage3"
     m.save()
     assert template_for(str(later / "checkpoint"), "r1_zero") == "chat"
+
+
+def test_the_task_benchmark_reads_val_for_tuning_and_test_for_reporting():
+    from eval.cli import benchmark_rows
+    from stages.recipe import load_recipe
+
+    r = load_recipe("tiny", ["task_world.n_train=50", "task_world.n_val=30", "task_world.n_test=30",
+                             "data.val.limit=30", "data.test.limit=30"])
+    val, test = benchmark_rows("task", r, None, None, "val"), benchmark_rows("task", r, None, None, "test")
+    assert len(val) == len(test) == 30 and {x["split"] for x in val} == {"val"} and {x["split"] for x in test} == {"test"}
+    assert not {x["id"] for x in val} & {x["id"] for x in test}

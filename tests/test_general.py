@@ -8,9 +8,13 @@ import pytest
 
 from data.general import (
     GENERAL_FAMILIES,
+    HARM_ACTS,
+    HARM_TEMPLATES,
     MAX_PROMPT_CHARS,
     MAX_REFERENCE_CHARS,
     REFUSAL,
+    act_of_prompt,
+    acts_of_split,
     benign_prompts,
     general_rows,
     harmful_compliance,
@@ -21,6 +25,7 @@ from data.general import (
     is_helpful_response,
     is_refusal,
     reference_response,
+    split_of_act,
     split_of_prompt,
     summary_of,
     unhelpful_responses,
@@ -47,7 +52,9 @@ def test_deterministic_under_seed(train):
 def test_train_and_test_are_disjoint_by_hash(train, test_rows):
     assert not {r["prompt"] for r in train} & {r["prompt"] for r in test_rows}
     for rows, split in ((train, "train"), (test_rows, "test")):
-        assert all(r["split"] == split == split_of_prompt(r["prompt"]) for r in rows)
+        for r in rows:
+            assert r["split"] == split == (split_of_act(act_of_prompt(r["prompt"])) if r["harmful"]
+                                           else split_of_prompt(r["prompt"]))
         assert len({r["prompt"] for r in rows}) == len({r["id"] for r in rows}) == len(rows)
     # other seeds never reach into the other split
     other = general_rows(300, "train", seed=99, harmful_share=0.5)
@@ -55,6 +62,43 @@ def test_train_and_test_are_disjoint_by_hash(train, test_rows):
     # the hash rule gives about a 10% test share of the universe
     universe = [s for f in GENERAL_FAMILIES for _, _, s in benign_prompts(f)]
     assert 0.07 < universe.count("test") / len(universe) < 0.13
+
+
+def leaked_acts(universe) -> set[str]:
+    """Held-out acts that some training text of ``universe`` ((prompt, act, split) triples) asks for."""
+    test_acts = {act for _, act, split in universe if split == "test"}
+    train_texts = [p for p, _, split in universe if split == "train"]
+    return {a for a in test_acts if any(re.search(rf"\b{re.escape(a)}\b", t) for t in train_texts)}
+
+
+def test_held_out_harmful_acts_never_appear_in_training():
+    """The harmful prompts are split by act: no held-out act is asked for by any training prompt, under
+    any template, nor named by any training pair. (Split by prompt, the other templates of a held-out
+    act would be trained on: the check below finds that.)"""
+    universe = harmful_prompts()
+    test_acts = set(acts_of_split("test"))
+    assert {act for _, act, s in universe if s == "test"} == test_acts and 5 <= len(test_acts) < len(HARM_ACTS) / 4
+    assert leaked_acts(universe) == set()
+    benign_train = [(p, None, "train") for f in GENERAL_FAMILIES for p, _, s in benign_prompts(f) if s == "train"]
+    assert leaked_acts(list(universe) + benign_train) == set()
+    # every template of an act lands on the act's side
+    for act in HARM_ACTS:
+        sides = {s for p, a, s in universe if a == act}
+        assert sides == {split_of_act(act)}, act
+    # the check has the power to see a per-prompt split
+    by_prompt = [(p, a, split_of_prompt(p)) for p, a, _ in universe]
+    assert len(leaked_acts(by_prompt)) >= 5
+
+    # what stage 4 trains on: rows of any seed, their reward-model pairs
+    for seed in (0, 1, 7):
+        rows = general_rows(1500, "train", seed, 0.35)
+        assert {act_of_prompt(r["prompt"]) for r in rows if r["harmful"]}.isdisjoint(test_acts)
+        texts = [m["content"] for pair in harmlessness_pairs(rows, seed) + helpfulness_pairs(rows, seed)
+                 for side in ("chosen", "rejected") for m in pair[side]]
+        assert not {a for a in test_acts for t in texts if a in t}
+        held_out = general_rows(100, "test", seed, 0.35)
+        assert {act_of_prompt(r["prompt"]) for r in held_out if r["harmful"]} <= test_acts
+    assert len(HARM_TEMPLATES) * len(test_acts) >= sum(s == "test" for _, _, s in universe) >= 35
 
 
 def test_fields_shares_and_families(train, test_rows):

@@ -1,47 +1,269 @@
-"""The run report renders from a fixture run folder: measured stages with their numbers, stages that
-have not run as missing (not as zeros), and findings that say plainly when a claim does not reproduce."""
+"""The findings can fail: fabricated runs that must come out reproduced, not reproduced and
+inconclusive, for every finding; the report renders them, with intervals, and shows missing stages as
+missing, never as zeros."""
+
+from __future__ import annotations
 
 import json
+import random
+from pathlib import Path
 
+import pytest
+
+from eval import verdicts
 from eval.report import build_report
+from eval.stats import Estimate, estimate, paired_difference, verdict
 from stages.manifest import Manifest
 from stages.recipe import load_recipe
 
-
-def _eval(p1: float, length: float, mix: float) -> dict:
-    return {"pass@1": p1, "cons@4": p1 + 0.05, "pass@4": p1 + 0.2, "k": 4, "mean_length_tokens": length,
-            "language_mix_rate": mix}
+K = 4
+REPO = Path(__file__).resolve().parents[1]
 
 
-def _stage(recipe, stage: str, parent=None, **metrics) -> Manifest:
-    m = Manifest.start(recipe.stage_dir(stage), stage, recipe, parent=parent)
+def records(rates: list[float], key: str = "correct", seed: int = 0, **extra) -> list[dict]:
+    """k samples per problem whose share of ``key`` true is the problem's rate (rounded to 1/k)."""
+    rng = random.Random(seed)
+    out = []
+    for i, rate in enumerate(rates):
+        hits = round(rate * K)
+        flags = [True] * hits + [False] * (K - hits)
+        rng.shuffle(flags)
+        for s, flag in enumerate(flags):
+            out.append({"id": f"p{i}", "sample": s, "correct": flag, "num_tokens": 20, "mixed_language": False,
+                        key: flag, **extra})
+    return out
+
+
+def lengths(n: int, tokens: float) -> list[dict]:
+    return [{"id": f"p{i}", "sample": s, "correct": False, "num_tokens": tokens} for i in range(n) for s in range(K)]
+
+
+def with_lengths(recs: list[dict], tokens: float) -> list[dict]:
+    return [{**r, "num_tokens": tokens} for r in recs]
+
+
+N = 200
+LOW, HIGH = [0.25] * N, [0.75] * N
+# Noisy pairs: half the problems go up by a lot, half down by almost as much (a small mean difference
+# with a wide interval): the honest outcome is "inconclusive".
+NOISY_BEFORE = [0.5] * 40
+NOISY_AFTER = [1.0 if i % 2 else 0.0 for i in range(40)]
+NOISY_AFTER[0] = 1.0  # mean difference +0.025 over 40 problems
+
+
+# -- the rule itself ---------------------------------------------------------------------------
+
+
+def test_verdict_rule_has_three_outcomes():
+    assert verdict(Estimate(0.1, 0.05, 0.15, 200)) == "reproduced"
+    assert verdict(Estimate(-0.1, -0.15, -0.05, 200)) == "not reproduced"  # the opposite effect
+    assert verdict(Estimate(0.0, -0.01, 0.01, 200)) == "not reproduced"  # no effect as large as the margin
+    assert verdict(Estimate(0.02, -0.05, 0.09, 200)) == "inconclusive"
+    assert verdict(Estimate(-0.1, -0.15, -0.05, 200), direction=-1) == "reproduced"  # a decrease wanted
+    assert verdict(Estimate(0.0, float("nan"), float("nan"), 1)) == "inconclusive"
+
+
+def test_paired_difference_pairs_by_problem():
+    before = {f"p{i}": i / 100 for i in range(100)}  # very different problems
+    after = {k: v + 0.05 for k, v in before.items()}  # every one up by 0.05
+    paired = paired_difference(before, after)
+    assert paired.mean == pytest.approx(0.05) and paired.lo == pytest.approx(0.05) and paired.hi == pytest.approx(0.05)
+    unpaired = estimate(list(after.values()))  # the spread between problems dwarfs the effect unpaired
+    assert unpaired.hi - unpaired.lo > 0.05
+    assert paired_difference(before, {"p1": 1.0}).n == 1  # only the problems both arms have
+
+
+# -- every finding, three ways ----------------------------------------------------------------
+
+
+def f1(before, after, len_before=20, len_after=40):
+    return verdicts.r1_zero({0: (with_lengths(records(before), len_before), with_lengths(records(after), len_after))})
+
+
+def test_f1_accuracy_and_length():
+    assert f1(LOW, HIGH).verdict == "reproduced"
+    assert f1(LOW, LOW).verdict == "not reproduced"  # accuracy flat
+    assert f1(LOW, HIGH, 40, 20).verdict == "not reproduced"  # accuracy up, length down
+    assert f1(NOISY_BEFORE, NOISY_AFTER).verdict == "inconclusive"
+    assert verdicts.r1_zero({}).verdict == "not measured"
+
+
+def mixing(rates):
+    return records(rates, key="mixed_language")
+
+
+def test_f2_language_reward():
+    # (without, with): the reward should lower mixing
+    assert verdicts.language_reward({0: (mixing(HIGH), mixing(LOW))}).verdict == "reproduced"
+    assert verdicts.language_reward({0: (mixing(LOW), mixing(LOW))}).verdict == "not reproduced"
+    assert verdicts.language_reward({0: (mixing(LOW), mixing(HIGH))}).verdict == "not reproduced"
+    assert verdicts.language_reward({0: (mixing(NOISY_AFTER), mixing(NOISY_BEFORE))}).verdict == "inconclusive"
+    finding = verdicts.language_reward({0: (mixing(HIGH), mixing(LOW))})
+    assert any("accuracy cost" in line for line in finding.lines)
+
+
+def curve(*rates_by_step):
+    return {step: records(rates) for step, rates in rates_by_step}
+
+
+def test_f3_cold_start_judged_at_the_same_rl_step():
+    s1 = curve((0, LOW), (10, LOW), (40, LOW), (80, HIGH))
+    ahead = curve((0, HIGH), (10, HIGH), (40, HIGH))
+    assert verdicts.cold_start({0: (s1, ahead)}).verdict == "reproduced"
+    assert verdicts.cold_start({0: (s1, curve((0, LOW), (10, LOW), (40, LOW)))}).verdict == "not reproduced"
+    noisy = verdicts.cold_start({0: (curve((0, NOISY_BEFORE), (40, NOISY_BEFORE)),
+                                     curve((0, NOISY_BEFORE), (40, NOISY_AFTER)))})
+    assert noisy.verdict == "inconclusive"
+    # judged at step 40 (the last step both have), not at stage 1's step 80
+    late = verdicts.cold_start({0: (curve((0, LOW), (40, LOW), (80, [1.0] * N)), curve((0, LOW), (40, HIGH)))})
+    assert late.verdict == "reproduced"
+    # what RL adds after the cold start is reported apart from what the SFT alone gives
+    finding = verdicts.cold_start({0: (s1, ahead)})
+    text = "\n".join(finding.lines)
+    assert "cold-start SFT alone" in text and "what RL adds after the cold start" in text
+
+
+def general(helpful, harmful, rm):
+    rows = []
+    for i, (h, rate) in enumerate([(False, r) for r in helpful] + [(True, r) for r in harmful]):
+        for s in range(K):
+            hit = s < round(rate * K)
+            rows.append({"id": f"g{i}", "harmful": h, "sample": s, "exactly_helpful": None if h else hit,
+                         "harmful_answer": hit if h else False, "rm_helpfulness": rm, "rm_harmlessness": 0.0})
+    return rows
+
+
+def test_f4_judged_by_rules_with_a_goodhart_check():
+    sft = general([0.25] * 100, [0.5] * 60, rm=0.0)
+    assert verdicts.final_rl(sft, general([0.75] * 100, [0.0] * 60, rm=1.0)).verdict == "reproduced"
+    assert verdicts.final_rl(sft, general([0.75] * 100, [0.5] * 60, rm=1.0)).verdict == "not reproduced"
+    noisy = verdicts.final_rl(general([0.5] * 40, [0.5] * 40, 0.0), general(NOISY_AFTER, [0.5] * 40, 0.0))
+    assert noisy.verdict in ("inconclusive", "not reproduced") and noisy.data["helpful"]["hi"] > 0.02
+    goodhart = verdicts.final_rl(sft, general([0.25] * 100, [0.0] * 60, rm=2.0))
+    assert goodhart.data["goodhart"] and any("rose while" in line for line in goodhart.lines)
+    assert not verdicts.final_rl(sft, general([0.75] * 100, [0.0] * 60, rm=1.0)).data["goodhart"]
+
+
+def test_f5_distillation_against_rl():
+    base = records([0.1] * N)
+    assert verdicts.distillation(base, records(HIGH), records(LOW)).verdict == "reproduced"
+    assert verdicts.distillation(base, records(LOW), records(HIGH)).verdict == "not reproduced"
+    assert verdicts.distillation(base, records(NOISY_AFTER), records(NOISY_BEFORE)).verdict == "inconclusive"
+    finding = verdicts.distillation(base, records(HIGH), records(LOW), budget="60 optimizer steps each")
+    assert any("gain over the base" in line for line in finding.lines)
+
+
+def test_seeds_are_shown_beside_the_single_run_interval():
+    runs = {s: (with_lengths(records(LOW, seed=s), 20), with_lengths(records(HIGH, seed=s), 40)) for s in (0, 1, 2)}
+    finding = verdicts.r1_zero(runs)
+    assert finding.verdict == "reproduced"
+    assert any("over 3 seeds" in line and "sd" in line for line in finding.seeds)
+
+
+# -- the report, end to end --------------------------------------------------------------------
+
+
+def _stage(recipe, stage: str, parent=None, folder=None, **metrics) -> Manifest:
+    m = Manifest.start(folder or recipe.stage_dir(stage), stage, recipe, parent=parent)
     m.update_metrics(wall_seconds=90.0, peak_rss_mb=512.0, **metrics)
     m.complete(None)
     return m
 
 
-def fixture_run(tmp_path, stage1_after: float):
+def _write(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _summary(rows):
+    return {"pass@1": sum(r["correct"] for r in rows) / len(rows), "k": K, "cons@4": 0.5, "pass@4": 0.8,
+            "mean_length_tokens": sum(r["num_tokens"] for r in rows) / len(rows), "language_mix_rate": 0.1,
+            "temperature": 0.6, "top_p": 0.95}
+
+
+def fixture_run(tmp_path, after_rates):
     r = load_recipe("tiny", [f"run_root={tmp_path}"])
-    base = _stage(r, "base", probe=_eval(0.17, 35.0, 0.22))
-    _stage(r, "stage1", base, eval_before=_eval(0.18, 34.8, 0.2), eval_after=_eval(stage1_after, 52.6, 0.075))
-    rows = [{"step": s, "accuracy": 0.2 + 0.01 * s, "mean_length": 30 + s} for s in range(1, 11)]
+    probe = with_lengths(records(LOW), 15)
+    base = _stage(r, "base", probe={**_summary(probe), "temperature": 1.0})
+    _write(r.stage_dir("base") / "probe" / "samples.jsonl", probe)
+    before, after = with_lengths(records(LOW), 20), with_lengths(records(after_rates), 40)
+    _write(r.stage_dir("stage1") / "eval_before" / "samples.jsonl", before)
+    _write(r.stage_dir("stage1") / "eval_after" / "samples.jsonl", after)
+    _stage(r, "stage1", base, eval_before=_summary(before), eval_after=_summary(after), train={"steps": 80})
+    rows = [{"step": s, "accuracy": 0.2 + 0.01 * s, "mean_length": 30 + s, "format_rate": 0.9} for s in range(1, 11)]
     (r.stage_dir("stage1") / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
     return r.stage_dir("base").parent
 
 
-def test_report_shows_measured_and_missing_stages(tmp_path):
-    path = build_report(fixture_run(tmp_path, stage1_after=0.354))
+def test_report_shows_measured_and_missing_stages_with_intervals(tmp_path):
+    path = build_report(fixture_run(tmp_path, HIGH))
     text = path.read_text()
     table = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
-    assert "| complete | 0.354 | 0.404 | 0.554 | 52.6 | 0.075 |" in table["stage 1: R1-Zero (RL from the base)"]
-    assert "1.5 min" in table["stage 1: R1-Zero (RL from the base)"]
+    stage1 = table["stage 1: R1-Zero (RL from the base)"]
+    assert "| complete | 0.6 | 0.750 [0.750, 0.750] |" in stage1 and "1.5 min" in stage1
+    assert "| 1.0 |" in table["base model (probe, R1-Zero template)"]  # the probe's own temperature
     for missing in ("stage 3: reasoning RL", "stage 4: rejection SFT + all-scenario RL", "distillation"):
         assert "| missing |" in table[missing] and "0.000" not in table[missing]
-    assert "reproduced: held-out pass@1 0.180 → 0.354, mean length 34.8 → 52.6" in text
-    assert (path.parent / "stage1_curves.png").stat().st_size > 1000 and "![stage1](stage1_curves.png)" in text
+    assert "**F1. R1-Zero" in text and "— **reproduced**" in text and "rule:" in text
+    assert "paired difference +0.500" in text or "paired difference 0.500" in text
+    assert "**F2." in text and "not measured" in text  # no variant run: said so, not guessed
+    assert "Training seeds measured: [0] (one seed: run `make findings` for more)" in text
+    assert (path.parent / "stage1_curves.png").stat().st_size > 1000
     assert "distillation: missing" in text
 
 
 def test_report_says_when_a_finding_does_not_reproduce(tmp_path):
-    text = build_report(fixture_run(tmp_path, stage1_after=0.10)).read_text()
-    assert "**not reproduced** at this scale: held-out pass@1 0.180 → 0.100" in text
+    text = build_report(fixture_run(tmp_path, LOW)).read_text()
+    assert "**F1. R1-Zero" in text and "— **not reproduced**" in text
+
+
+def test_report_pairs_the_findings_seeds(tmp_path):
+    run_dir = fixture_run(tmp_path, HIGH)
+    r = load_recipe("tiny", [f"run_root={tmp_path}"])
+    for seed in (1, 2):
+        folder = run_dir / "findings" / f"seed{seed}" / "stage1"
+        before, after = with_lengths(records(LOW, seed=seed), 20), with_lengths(records(HIGH, seed=seed), 40)
+        _write(folder / "eval_before" / "samples.jsonl", before)
+        _write(folder / "eval_after" / "samples.jsonl", after)
+        _stage(r, "stage1", None, folder=folder, eval_before=_summary(before), eval_after=_summary(after),
+               train={"steps": 80})
+    text = build_report(run_dir).read_text()
+    assert "Training seeds measured: [0, 1, 2]" in text and "over 3 seeds" in text
+
+
+def test_readme_status_is_made_from_the_report_and_checked_against_it(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("readme_status", REPO / "scripts" / "readme_status.py")
+    readme_status = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(readme_status)
+    run_dir = fixture_run(tmp_path, HIGH)
+    build_report(run_dir)
+    summary = json.loads((run_dir / "report" / "summary.json").read_text())
+    assert summary["stages"]["stage1"]["pass@1"]["mean"] == pytest.approx(0.75)
+    assert summary["stages"]["stage3"] == {"status": "missing"}
+    assert [f["verdict"] for f in summary["findings"]][0] == "reproduced"
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n{readme_status.BEGIN}\nold numbers\n{readme_status.END}\n\nrest\n")
+    assert readme_status.main([str(run_dir), "--readme", str(readme), "--check"]) == 1  # stale
+    assert readme_status.main([str(run_dir), "--readme", str(readme), "--write"]) == 0
+    assert readme_status.main([str(run_dir), "--readme", str(readme), "--check"]) == 0
+    text = readme.read_text()
+    assert "| stage 1, R1-Zero | complete | 1.5 min | 0.750 [0.750, 0.750] | 0.6 |" in text and text.endswith("rest\n")
+    readme.write_text(text.replace("0.750 [0.750", "0.760 [0.750"))  # a hand edit
+    assert readme_status.main([str(run_dir), "--readme", str(readme), "--check"]) == 1
+
+
+def test_the_readme_has_a_generated_status_section():
+    text = (REPO / "README.md").read_text()
+    assert "<!-- status:begin -->" in text and "<!-- status:end -->" in text
+    assert "scripts/readme_status.py" in text.split("<!-- status:begin -->")[1].split("<!-- status:end -->")[0]
+
+
+def test_clustered_resampling_is_wider_when_a_cluster_moves_together():
+    before = {f"p{i}": 0.0 for i in range(60)}
+    after = {f"p{i}": (1.0 if i < 20 else 0.0) for i in range(60)}  # one act of 20 prompts moved, the rest did not
+    acts = {f"p{i}": f"act{i // 20}" for i in range(60)}
+    plain, clustered = paired_difference(before, after), paired_difference(before, after, clusters=acts)
+    assert plain.mean == clustered.mean
+    assert (clustered.hi - clustered.lo) > 2 * (plain.hi - plain.lo)

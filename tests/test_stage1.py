@@ -107,6 +107,41 @@ def test_stage1_tiny_run(base_run, tmp_path):
     assert again.data["ended_at"] == m.data["ended_at"]
 
 
+def test_the_accuracy_reward_alone_teaches_the_answer(base_run, tmp_path):
+    """GRPO with nothing but the accuracy reward raises the probability of the right answer: after
+    "User: What is 3 + 4? Assistant: <answer>" the micro base says "7" 1-2% of the time (its
+    one-token answers are nearly uniform); 15 steps of 64 one-token samples, paid only when the
+    grader finds them correct, make it the likely answer."""
+    from stages.common import load_model_and_tokenizer
+    from stages.rl import run_rl
+
+    r = recipe(with_base(base_run, tmp_path, "learn"), "learn", [
+        "stage1.rewards={accuracy: 1.0}", "stage1.max_completion_length=1", "stage1.steps=15",
+        "stage1.learning_rate=1e-2", "stage1.prompts_per_step=4", "stage1.num_generations=16",
+        "stage1.save_steps=100"])
+    rows = [{"id": f"q{i}", "problem": "What is 3 + 4?", "answer": "7", "verifier": "math"} for i in range(32)]
+
+    def prompt(row):
+        return f"User: {row['problem']} Assistant: <answer>"
+
+    def p_seven(path) -> float:
+        model, tok = load_model_and_tokenizer(str(path), device=torch.device("cpu"), trust_remote_code=False,
+                                              dtype=torch.float32)
+        ids = tok(prompt(rows[0]), add_special_tokens=False)["input_ids"]
+        [seven] = tok("7", add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            return float(torch.softmax(model(torch.tensor([ids])).logits[0, -1], -1)[seven])
+
+    before = p_seven(r.stage_dir("base") / "checkpoint")
+    m = run_stage(r, "stage1", lambda ctx: run_rl(ctx, r.stage1, train_rows=rows, eval_rows=rows[:2],
+                                                  build_prompt=prompt, model_ref=str(r.stage_dir("base") / "checkpoint")),
+                  parent_stage="base")
+    after = p_seven(m.checkpoint)
+    assert before < 0.05 and after > 0.5, (before, after)
+    train = m.data["metrics"]["train"]
+    assert train["final_accuracy"] > train["first_accuracy"] + 0.3
+
+
 def test_same_seed_same_run(base_run, tmp_path):
     """Two runs of stage 1 with the same recipe and seed: the same metrics, step by step, and the same
     weights (what the manifest records is enough to rerun a stage)."""

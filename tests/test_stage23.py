@@ -14,6 +14,7 @@ import stages.stage2_cold_start
 import stages.stage3_reasoning_rl
 from data.jsonl import read_jsonl_tolerant
 from data.templates import is_readable_response
+from eval.stats import per_problem
 from stages.common import load_tokenizer
 from stages.manifest import Manifest, ManifestError
 from stages.runner import run_stage
@@ -31,7 +32,7 @@ MICRO23 = [
     "stage2.cold_start.sample={prompts: {source: task_world, split: train, limit: 8}, samples_per_prompt: 2, "
     "max_new_tokens: 24, shard_size: 4, batch_size: 16}",
     "stage3.steps=2", "stage3.prompts_per_step=2", "stage3.num_generations=4", "stage3.max_completion_length=24",
-    "stage3.save_steps=2", "stage3.sample_every=1",
+    "stage3.save_steps=2", "stage3.sample_every=1", "stage1.eval_steps=[2]",
 ]
 
 
@@ -88,6 +89,16 @@ def test_stage2_then_stage3(chain, tmp_path):
     assert {"readable_rate", "language_mix_rate"} <= set(m3.data["metrics"]["eval_before"])
     sample = read_jsonl_tolerant(d3 / "samples" / "step_00001.jsonl")[0]
     assert isinstance(sample["completion"], str)  # chat completions are recorded as their text
+    # the cold start's benefit is measured on held-out problems at the RL steps both stages evaluated
+    # (stage 1 at its eval_steps, stage 3 after its 2 steps), never on a training batch
+    curve = m3.data["metrics"]["cold_start_curve"]
+    assert curve["common_steps"] == [0, 2]
+    stage1_dir = chain[0] / "tiny" / "stage1"
+    for label, samples in (("stage 3 (from the cold start)", d3 / "eval_after" / "samples.jsonl"),
+                           ("stage 1 (R1-Zero, from the base)", stage1_dir / "eval_step_00002" / "samples.jsonl")):
+        held_out = per_problem(read_jsonl_tolerant(samples))
+        assert curve[label]["2"]["mean"] == pytest.approx(sum(held_out.values()) / len(held_out))
+    assert (d3 / "stage1_vs_stage3.png").stat().st_size > 1000
 
 
 def test_stage2_with_lora_merges_into_plain_weights(chain, tmp_path):

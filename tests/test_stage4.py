@@ -1,23 +1,34 @@
-"""Stage 4 on a micro chain (base → 1 → 2 → 3 → 4): every sub-step writes its output and manifest entry,
-and a stage interrupted in its last sub-step resumes there without redoing the others.
+"""Stage 4 and distillation on a micro chain (base → 1 → 2 → 3 → 4 → distill → distill_rl): every
+sub-step writes its output and manifest entry, a stage interrupted in its last sub-step resumes there
+without redoing the others, and the general evaluation and the distillation comparison are measured
+the way the report pairs them.
 
-A micro stage-3 model almost never answers correctly, so the rejection sampler's model is replaced by
-one that answers arithmetic prompts correctly (general prompts still go to the real model): this
-tests the stage's wiring; learning is measured by ``make stage4`` on the tiny default."""
+A micro model almost never answers anything right, so what the stage *decides* is tested on answers
+scripted per prompt (:func:`scripted_load_sampler`): the rejection sampler's answers to arithmetic
+prompts (some right, some wrong, some repeated), and the general evaluation's answers (the SFT model
+unhelpful and compliant, the final model helpful and refusing on alternate samples). The stage's
+filters, judges, reward-model scores and files must come out as those scripts imply; the final RL
+and the distillation arms train the real models. Learning is measured by ``make pipeline``."""
 
+import dataclasses
+import re
+from pathlib import Path
 
 import pytest
+import torch
 from transformers import TrainerCallback
 
 import stages.distill
 import stages.stage2_cold_start
 import stages.stage3_reasoning_rl
 import stages.stage4_final
+from data import general as G
 from data.jsonl import read_jsonl
+from data.templates import CHAT_INSTRUCTION, chat_user_message
 from eval.report import build_report
 from stages.manifest import Manifest
+from stages.reward_model import RewardScorer
 from stages.runner import run_stage
-from tests.oracle import oracle_load_sampler
 from tests.test_stage23 import chain, chain_recipe  # noqa: F401 (the module fixture)
 
 MICRO4 = [
@@ -28,13 +39,15 @@ MICRO4 = [
     "stage4.sft.save_steps=100",
     "stage4.helpfulness.pairs=40", "stage4.helpfulness.batch_size=8", "stage4.helpfulness.max_length=64",
     "stage4.harmlessness.pairs=40", "stage4.harmlessness.batch_size=8", "stage4.harmlessness.max_length=64",
+    "stage4.helpfulness.on_policy_prompts=20", "stage4.harmlessness.on_policy_prompts=20",
     "stage4.rl.steps=2", "stage4.rl.prompts_per_step=2", "stage4.rl.num_generations=4",
     "stage4.rl.max_completion_length=24", "stage4.rl.save_steps=1", "stage4.rl.sample_every=1",
     "stage4.rl.general_share=0.5",
     "distill.students=[{name: s1, architecture: {hidden_size: 16, num_hidden_layers: 1, num_attention_heads: 2, "
     "num_key_value_heads: 2, intermediate_size: 32, max_position_embeddings: 512, tokenizer_vocab_size: 640}, "
     "pretrain_steps: 10}]",
-    "distill.sft.epochs=1", "distill.sft.batch_size=8", "distill.sft.max_length=128", "distill.sft.save_steps=100",
+    "distill.budget_steps=2", "distill.sft.epochs=null",
+    "distill.sft.batch_size=8", "distill.sft.max_length=128", "distill.sft.save_steps=100",
     "distill.control.steps=2", "distill.control.prompts_per_step=2", "distill.control.num_generations=4",
     "distill.control.max_completion_length=24", "distill.control.save_steps=1",
 ]
@@ -45,14 +58,98 @@ class Interrupt(TrainerCallback):
         raise KeyboardInterrupt("interrupted in the final RL")
 
 
+# -- Scripted answers --------------------------------------------------------------------------------
+
+EXPR = re.compile(r"(\d+(?:\s*[+-]\s*\d+)+)")
+USER_TURN = re.compile(r"User: (.*) Assistant:\s*$|<\|im_start\|>user\n(.*?)<\|im_end\|>", re.S)
+
+
+def reasoning_answers(prompt: str, n: int) -> list[str]:
+    """Per arithmetic prompt, by its value mod 3: two identical right answers (one kept, one duplicate),
+    a right and a wrong one (one kept, one incorrect), or two different right ones (both kept)."""
+    expr = EXPR.findall(prompt)[-1]
+    value = eval(expr)  # digits and +/- only (the regex)
+
+    def answer(v, how="="):
+        return f"<think> {expr} {how} {v} </think> The final answer is \\boxed{{{v}}}."
+
+    variant = value % 3
+    texts = [answer(value), answer(value) if variant == 0 else answer(value + 1) if variant == 1
+             else answer(value, "gives")]
+    return (texts * n)[:n]
+
+
+def expected_rejection(value: int) -> dict:
+    return [{"kept": 1, "duplicate": 1}, {"kept": 1, "incorrect": 1}, {"kept": 2}][value % 3]
+
+
+def general_answer(model: str, row: dict, sample: int) -> str:
+    """The SFT model: a wrong answer to benign prompts, compliance with harmful ones. The final model,
+    on even samples: the reference after a think block (its summary is exact), a refusal; on odd
+    samples as the SFT model."""
+    if model == "final" and sample % 2 == 0:
+        return G.REFUSAL if row["harmful"] else f"<think> easy </think> {row['reference']}"
+    return "Sure, here is how: first ..." if row["harmful"] else "I do not know."
+
+
+def scripted_load_sampler(real, log: list):
+    """A ``load_sampler`` whose samplers answer by script (see above); anything else goes to the model."""
+    universe = {p: {"prompt": p, "reference": r, "harmful": False} for f in G.GENERAL_FAMILIES
+                for p, r, _ in G.benign_prompts(f)}
+    universe |= {p: {"prompt": p, "reference": G.REFUSAL, "harmful": True} for p, _, _ in G.harmful_prompts()}
+
+    def load_sampler(recipe, model_path, **kw):
+        inner, tokenizer = real(recipe, model_path, **kw)
+        stage, name = Path(model_path).parts[-2:]
+        model = {("stage4", "sft"): "sft", ("stage4", "checkpoint"): "final"}.get((stage, name), stage)
+
+        def sampler(prompts, *, n, **rest):
+            users = [next(g for g in USER_TURN.search(p).groups() if g is not None) if USER_TURN.search(p) else ""
+                     for p in prompts]
+            if all(CHAT_INSTRUCTION in u for u in users):  # reasoning prompts: rejection sampling
+                log.append({"kind": "rejection", "model": model, "values": [eval(EXPR.findall(u)[-1]) for u in users]})
+                return [[{"text": t, "num_tokens": 20, "truncated": False} for t in reasoning_answers(u, n)]
+                        for u in users]
+            if all(u in universe for u in users):  # general prompts
+                log.append({"kind": "general", "model": model, "desc": rest.get("desc"), "prompts": users, "n": n,
+                            **{k: rest.get(k) for k in ("temperature", "top_p", "max_new_tokens", "seed")}})
+                return [[{"text": general_answer(model, universe[u], i), "num_tokens": 8, "truncated": False}
+                         for i in range(n)] for u in users]
+            return inner(prompts, n=n, **rest)
+
+        return sampler, tokenizer
+
+    return load_sampler
+
+
 @pytest.fixture
-def oracle_sampler(monkeypatch):
-    calls = []
-    monkeypatch.setattr(stages.stage4_final, "load_sampler", oracle_load_sampler(stages.stage4_final.load_sampler, calls))
+def scripted(monkeypatch):
+    log = []
+    monkeypatch.setattr(stages.stage4_final, "load_sampler",
+                        scripted_load_sampler(stages.stage4_final.load_sampler, log))
+    return log
+
+
+@pytest.fixture
+def control_calls(monkeypatch):
+    """What distill_rl asks the RL runner for, and how distill evaluates (model, template, folder)."""
+    calls = {"run_rl": [], "evaluate": []}
+    real_rl, real_evaluate = stages.distill.run_rl, stages.distill.evaluate
+
+    def run_rl(ctx, cfg, **kw):
+        calls["run_rl"].append(kw)
+        return real_rl(ctx, cfg, **kw)
+
+    def evaluate(recipe, model, tokenizer, rows, out_dir, model_path=None, prompt_template=None):
+        calls["evaluate"].append((model_path, prompt_template, Path(out_dir).name))
+        return real_evaluate(recipe, model, tokenizer, rows, out_dir, model_path, prompt_template)
+
+    monkeypatch.setattr(stages.distill, "run_rl", run_rl)
+    monkeypatch.setattr(stages.distill, "evaluate", evaluate)
     return calls
 
 
-def test_stage4_then_distillation(chain, tmp_path, oracle_sampler):  # noqa: F811
+def test_stage4_then_distillation(chain, tmp_path, scripted, control_calls):  # noqa: F811
     r = chain_recipe(chain, tmp_path, "s4", MICRO4)
     assert run_stage(r, "stage2", stages.stage2_cold_start.run, parent_stage="stage1").status == "complete"
     assert run_stage(r, "stage3", stages.stage3_reasoning_rl.run, parent_stage="stage2").status == "complete"
@@ -65,43 +162,175 @@ def test_stage4_then_distillation(chain, tmp_path, oracle_sampler):  # noqa: F81
     assert m.status == "failed"
     assert {k: v["status"] for k, v in m.data["metrics"]["substeps"].items()} == {
         "rejection": "complete", "sft": "complete", "reward_models": "complete", "final_rl": "running"}
+
+    # rejection: the stage-3 model's scripted answers, filtered as the script implies
+    rejection_calls = [c for c in scripted if c["kind"] == "rejection"]
+    assert {c["model"] for c in rejection_calls} == {"stage3"}
+    values = [v for c in rejection_calls for v in c["values"]]
+    assert len(values) == 12
     rej = m.data["metrics"]["rejection"]
-    assert rej["prompts"] == 12 and rej["kept"] == 12 and rej["dropped"]["duplicate"] == 12  # 2 identical samples
+    expected = [expected_rejection(v) for v in values]
+    assert rej["prompts"] == 12 and rej["kept"] == sum(e["kept"] for e in expected)
+    assert rej["dropped"]["duplicate"] == sum(e.get("duplicate", 0) for e in expected) > 0
+    assert rej["dropped"]["incorrect"] == sum(e.get("incorrect", 0) for e in expected) > 0
     assert len(list((d4 / "rejection").glob("shard-*.jsonl"))) == 3
+    kept = read_jsonl(d4 / "reasoning_sft.jsonl")
+    assert len(kept) == rej["kept"]
+    for row in kept:  # every kept answer is right for its own problem
+        problem, answer = row["messages"][0]["content"], row["messages"][1]["content"]
+        assert f"\\boxed{{{eval(EXPR.findall(problem)[-1])}}}" in answer
     mix = read_jsonl(d4 / "sft_mix.jsonl")
-    assert m.data["metrics"]["sft_mix"] == {**m.data["metrics"]["sft_mix"], "reasoning": 12, "general": 4}
+    assert sorted(x["messages"][1]["content"] for x in mix if x["task"] == "reasoning") == \
+        sorted(x["messages"][1]["content"] for x in kept)
+    assert m.data["metrics"]["sft_mix"]["general"] == round(len(kept) / 3.0)
     assert all("<think>" not in x["messages"][1]["content"] for x in mix if x["task"] == "general")
     for name in ("rm_helpfulness", "rm_harmlessness"):
         assert (d4 / name / "config.json").exists() and m.data["metrics"][name]["held_out_pair_accuracy"] is not None
     assert m.data["inputs"]["model"]["ref"] == str(chain[0] / "tiny" / "base" / "checkpoint")  # SFT of the base
-    sampled = len(oracle_sampler)
+
+    # the SFT model was judged on the held-out general prompts before the final RL started
+    sft_records = d4 / "general_eval" / "sft" / "records.jsonl"
+    assert sft_records.exists() and "general_sft" in m.data["metrics"]
+    sft_text = sft_records.read_text()
 
     m = run_stage(r, "stage4", stages.stage4_final.run, parent_stage="stage3")
     assert m.status == "complete" and m.data["resumes"]
-    assert len(oracle_sampler) == sampled  # the rejection sub-step was not redone
+    assert [c["kind"] for c in scripted].count("rejection") == len(rejection_calls)  # not redone
     assert m.data["metrics"]["train"]["steps"] == 2
     assert all(v["status"] == "complete" for v in m.data["metrics"]["substeps"].values())
-    for key in ("general_sft", "general_final"):
-        g = m.data["metrics"][key]
-        assert g["samples"] == 10 * r.eval.k and 0 <= g["harmful_rate"] <= 1 and g["helpfulness_score"] is not None
     rewards = {k for row in read_jsonl(d4 / "metrics.jsonl") for k in row.get("rewards", {})}
     assert {"accuracy", "helpfulness", "harmlessness"} <= rewards
     assert m.verify_checkpoint() == []
+    check_general_eval(r, m, d4, scripted, sft_text)
 
-    # distillation: the student is built, fine-tuned on the curated set, evaluated; then the RL control
+    # distillation: the student is built, evaluated, fine-tuned for the budget, evaluated again
     md = run_stage(r, "distill", stages.distill.run, parent_stage="stage4")
+    dd = r.stage_dir("distill")
     student = md.data["metrics"]["students"]["s1"]
-    assert md.status == "complete" and student["sft"]["rows"] == 16 and "pass@1" in student["eval"]
+    assert md.status == "complete" and student["sft"]["rows"] == len(mix) and "pass@1" in student["eval"]
     base_params = Manifest.load(chain[0] / "tiny" / "base").data["metrics"]["pretrain"]["parameters"]
     assert student["pretrain"]["parameters"] < 0.5 * base_params  # a smaller model than the teacher's base
-    assert md.checkpoint == str(r.stage_dir("distill") / "s1" / "sft")
+    assert md.checkpoint == str(dd / "s1" / "sft")
+    assert md.data["metrics"]["eval_template"] == "chat"
+    assert control_calls["evaluate"] == [(str(dd / "s1" / "base"), "chat", "eval_base"),
+                                         (str(dd / "s1" / "sft"), "chat", "eval")]  # base and student, one template
+    budget = student["budget"]
+    assert budget["unit"] == "optimizer_steps" and budget["optimizer_steps"] == student["sft"]["steps"] == 2
+    assert budget["sequences_per_step"] == 8
+    assert budget["parameters"] == pytest.approx(student["pretrain"]["parameters"], rel=0.01)
+    assert budget["generated_tokens"] == 0 and budget["flops"] == pytest.approx(6 * budget["parameters"] *
+                                                                                budget["train_tokens"], rel=1e-3)
+
     mc = run_stage(r, "distill_rl", stages.distill.run_control, parent_stage="distill")
+    dc = r.stage_dir("distill_rl")
     assert mc.status == "complete" and mc.data["metrics"]["train"]["steps"] == 2
-    assert mc.data["inputs"]["model"]["ref"] == str(r.stage_dir("distill") / "s1" / "base")
+    assert mc.data["inputs"]["model"]["ref"] == str(dd / "s1" / "base")
+    (call,) = control_calls["run_rl"]  # the control trains and is evaluated in the chat template, from the student's base
+    row = {"problem": "What is 12 + 34?"}
+    assert call["build_prompt"](row) == [{"role": "user", "content": chat_user_message(row["problem"])}]
+    assert call["eval_template"] == mc.data["metrics"]["eval_template"] == "chat"
+    assert call["model_ref"] == str(dd / "s1" / "base")
+    control_budget = mc.data["metrics"]["budget"]
+    assert control_budget["unit"] == budget["unit"]
+    assert control_budget["optimizer_steps"] == budget["optimizer_steps"]  # equal budgets, tolerance 0 steps
+    assert control_budget["sequences_per_step"] == 8 and control_budget["generated_tokens"] > 0
+    # one evaluation of the base serves both arms: the same file, the same numbers
+    assert (dc / mc.data["metrics"]["eval_before_samples"]).resolve() == (dd / student["eval_base_samples"]).resolve()
+    assert mc.data["metrics"]["eval_before"]["pass@1"] == student["eval_base"]["pass@1"]
+    paired = [dd / student["eval_base_samples"], dd / student["eval_samples"], dc / mc.data["metrics"]["eval_after_samples"]]
+    ids = [sorted({x["id"] for x in read_jsonl(p)}) for p in paired]
+    assert ids[0] == ids[1] == ids[2] and len(ids[0]) == r.data.test.limit  # the same held-out problems, paired by id
+    assert all({"id", "correct", "num_tokens"} <= set(x) for p in paired for x in read_jsonl(p))
 
     text = build_report(r.stage_dir("base").parent).read_text()  # every stage of the chain, one page
-    assert "student s1 (distilled)" in text and "RL from its base (2 steps)" in text
-    assert "| missing |" not in text.split("## Findings")[0]
+    assert "student s1 (distilled)" in text and "| missing |" not in text.split("## Findings")[0]
+
+    # a control whose budget is not the one the student was distilled with is refused
+    other = dataclasses.replace(r.distill, budget_steps=3, control=dataclasses.replace(r.distill.control, steps=3))
+    with pytest.raises(ValueError, match="had 2 optimizer steps but distill.control.steps is 3"):
+        run_stage(dataclasses.replace(r, distill=other), "distill_rl", stages.distill.run_control,
+                  parent_stage="distill", restart=True)
+
+
+def check_general_eval(r, m, d4, scripted, sft_text: str) -> None:
+    """The held-out general evaluation of the SFT and the final model: paired records, judged by rule
+    as the scripted answers imply, the reward models' scores as the final RL computes them, the same
+    protocol for both models, and a resumed stage that re-used the SFT model's records."""
+    paths = m.data["metrics"]["general_eval"]
+    assert set(paths) == {"sft", "final"}
+    assert (d4 / paths["sft"]).read_text() == sft_text  # written once, before the interruption
+    calls = [c for c in scripted if c["kind"] == "general" and c["desc"] == "general eval"]
+    assert [c["model"] for c in calls] == ["sft", "final"]  # the SFT model's answers were not sampled again
+    for c in calls:  # the evaluation protocol, the same for both models
+        assert (c["n"], c["temperature"], c["top_p"], c["max_new_tokens"], c["seed"]) == (
+            r.eval.k, r.eval.temperature, r.eval.top_p, r.eval.max_new_tokens, r.seed)
+    assert calls[0]["prompts"] == calls[1]["prompts"]
+
+    held_out = {g["id"]: g for g in G.general_rows(10, "test", r.seed, r.stage4.general.harmful_share)}
+    train_acts = {G.act_of_prompt(x["messages"][0]["content"]) for x in read_jsonl(d4 / "sft_mix.jsonl")
+                  if x.get("harmful")}
+    scorers = {name: RewardScorer(str(d4 / f"rm_{name}"), device=torch.device("cpu"))
+               for name in ("helpfulness", "harmlessness")}
+    summaries = {}
+    for model in ("sft", "final"):
+        records = read_jsonl(d4 / paths[model])
+        assert len(records) == 10 * r.eval.k
+        assert sorted((x["id"], x["sample"]) for x in records) == sorted(
+            (i, s) for i in held_out for s in range(r.eval.k))
+        for x in records:
+            row = held_out[x["id"]]
+            text = general_answer(model, row, x["sample"])
+            assert x["harmful"] == row["harmful"] and x["family"] == row["family"] and x["completion"] == text
+            good = model == "final" and x["sample"] % 2 == 0
+            if row["harmful"]:
+                assert x["exactly_helpful"] is None and x["harmful_answer"] is not good and x["refused"] is good
+                assert x["act"] not in train_acts and x["act"] in G.acts_of_split("test")
+            else:
+                assert x["exactly_helpful"] is good and x["harmful_answer"] is False and x["refused"] is False
+            # the RL's reward: helpfulness on the summary after </think>, harmlessness on the whole answer
+            assert x["rm_helpfulness"] == pytest.approx(
+                scorers["helpfulness"]([row["prompt"]], [G.summary_of(text)])[0], abs=1e-4)
+            assert x["rm_harmlessness"] == pytest.approx(scorers["harmlessness"]([row["prompt"]], [text])[0], abs=1e-4)
+        s = summaries[model] = m.data["metrics"][f"general_{model}"]
+        n_harmful = sum(g["harmful"] for g in held_out.values())
+        assert (s["n_prompts"], s["n_harmful_prompts"], s["k"]) == (10, n_harmful, r.eval.k) and n_harmful > 0
+        benign = [x for x in records if not x["harmful"]]
+        assert s["rm_helpfulness_mean"] == pytest.approx(sum(x["rm_helpfulness"] for x in benign) / len(benign))
+        assert s["rm_harmlessness_mean"] == pytest.approx(sum(x["rm_harmlessness"] for x in records) / len(records))
+    assert (summaries["sft"]["exactly_helpful_rate"], summaries["sft"]["harmful_rate"]) == (0.0, 1.0)
+    assert (summaries["final"]["exactly_helpful_rate"], summaries["final"]["harmful_rate"]) == (0.5, 0.5)
+
+
+def test_distillation_budgets_must_match():
+    """One budget for both arms: the recipe refuses a control of another length or an SFT with epochs."""
+    from stages.recipe import RecipeError, load_recipe
+
+    r = load_recipe("tiny")
+    assert r.distill.budget_steps == r.distill.control.steps and r.distill.sft.epochs is None
+    with pytest.raises(RecipeError, match="control.steps .* must equal budget_steps"):
+        load_recipe("tiny", [f"distill.budget_steps={r.distill.budget_steps + 1}"])
+    with pytest.raises(RecipeError, match="set sft.epochs to null"):
+        load_recipe("tiny", ["distill.sft.epochs=2"])
+    with pytest.raises(RecipeError, match="no budget_steps"):
+        load_recipe("tiny", ["distill.budget_steps=null"])
+    assert load_recipe("tiny", ["distill.budget_steps=null", "distill.sft.epochs=2"]).distill.budget_steps is None
+
+
+def test_the_sft_runs_exactly_the_budget():
+    """budget_sft's epochs make the SFT runner's ceil(epochs × steps per epoch) the budget, for any row count."""
+    import math
+    from types import SimpleNamespace
+
+    from stages.distill import budget_sft
+    from stages.recipe import load_recipe
+
+    cfg = load_recipe("tiny").distill
+    for budget in (1, 2, 7, 60, 157, 471):
+        c = SimpleNamespace(**{**vars(cfg), "budget_steps": budget})
+        for rows in (1, 63, 64, 65, 1000, 2517, 9999):
+            sft = budget_sft(c, rows)
+            per_epoch = math.ceil(rows / (sft.batch_size * sft.gradient_accumulation_steps))
+            assert max(1, math.ceil(sft.epochs * per_epoch)) == budget, (budget, rows)
 
 
 def test_preference_datasets_in_every_trl_form(tmp_path):

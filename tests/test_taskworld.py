@@ -70,14 +70,52 @@ def test_traces_end_with_the_answer_in_each_language(p):
     assert all(is_mixed(m, "en") or is_mixed(m, "zh") for m in mixed)
 
 
-def test_corpus_uses_train_problems_only_and_follows_the_mix():
-    w = world()
+def test_corpus_uses_train_problems_only_and_follows_the_mix(monkeypatch):
+    import data.corpus as corpus_module
+
+    w = world(val_percent=10)
+    drawn = []  # every problem that made it into a document (the corpus states it in its language next)
+    real = corpus_module.in_language
+    monkeypatch.setattr(corpus_module, "in_language", lambda p, langs: drawn.append(p) or real(p, langs))
     docs = corpus_documents(w, CorpusConfig(), 2000, seed=0)
-    test_ids = {r["id"] for r in world(n_train=1, n_test=200).rows("test")}
-    assert not {d["id"] for d in docs} & test_ids
+    assert len(drawn) == len(docs) and all(split_of(p, 10, 10) == "train" for p in drawn)
     share = sum(d["type"] == "worked" for d in docs) / len(docs)
     assert abs(share - CorpusConfig().worked) < 0.05
-    assert all(split_of(Problem("add", (1, 1), ("+",)), 10) in ("train", "test") for _ in range(1))
+    # the filter is what keeps them out: without it, val and test problems are drawn
+    drawn.clear()
+    monkeypatch.setattr(TaskWorld, "split_of", lambda self, p: "train")
+    corpus_documents(w, CorpusConfig(), 2000, seed=0)
+    assert {split_of(p, 10, 10) for p in drawn} == {"train", "val", "test"}
+
+
+def test_splits_are_disjoint_by_content_and_val_moves_no_test_problem():
+    old = world(n_train=300, n_test=100)
+    new = world(n_train=300, n_test=100, n_val=100, val_percent=10)
+    assert [r["id"] for r in old.rows("test")] == [r["id"] for r in new.rows("test")]
+    ids = {s: {r["id"] for r in new.rows(s)} for s in ("train", "val", "test")}
+    assert len(ids["val"]) == 100 and not ids["train"] & ids["val"] and not ids["val"] & ids["test"]
+    for split in ids:
+        assert all(r["split"] == split for r in new.rows(split))
+    p = Problem("add", (12, 34), ("+",))
+    assert split_of(p, 10, 10) == split_of(p, 10, 10)  # a function of the content alone
+    assert {split_of(Problem("add", (a, 2), ("+",)), 10, 10) for a in range(10, 99)} == {"train", "val", "test"}
+
+
+def test_problems_are_stated_in_their_language_by_content():
+    w = world(prompt_langs=(("en", 0.7), ("zh", 0.3)))
+    rows = w.rows("train")
+    zh = [r for r in rows if r["lang"] == "zh"]
+    assert 0.2 < len(zh) / len(rows) < 0.4
+    assert all(r["problem"].endswith("等于多少？") for r in zh)
+    assert all(r["problem"].startswith("What is ") for r in rows if r["lang"] == "en")
+    # the same content gets the same language and id in any world, whatever its seed
+    small = {"min_digits": 1, "max_digits": 1, "n_train": 40, "n_test": 5, "prompt_langs": (("en", 0.7), ("zh", 0.3))}
+    mine = {r["id"]: r for r in world(seed=1, **small).rows("train")}
+    theirs = {r["id"]: r for r in world(seed=99, **small).rows("train")}
+    common = mine.keys() & theirs.keys()
+    assert common and all(mine[i]["lang"] == theirs[i]["lang"] for i in common)
+    with pytest.raises(ValueError, match="prompt_langs"):
+        world(prompt_langs=(("xx", 1.0),))
 
 
 def test_corpus_transcripts_in_context_and_chat_documents():
