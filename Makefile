@@ -34,8 +34,9 @@ faults: setup ## the whole fault-injection suite (SIGKILL at chosen points of ev
 test-all: setup ## run every test, slow ones included
 	$(PY) -m pytest -q -m ''
 
-lint: setup ## ruff
+lint: setup ## ruff, and the layers (import-linter: data below eval below stages, no circles)
 	.venv/bin/ruff check stages data eval tests scripts
+	.venv/bin/lint-imports
 
 base: setup ## build (tiny) or register (real recipes) the base model
 	$(R1) base $(RUN_FLAGS)

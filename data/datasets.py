@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from data import general as G
+from data.benchmarks import load_benchmark
 from data.jsonl import DataError, read_jsonl
-from eval.benchmarks import load_benchmark
 
-__all__ = ["DataError", "clean_rows", "load_rows"]
+__all__ = ["DataError", "clean_rows", "load_general", "load_preference_pairs", "load_rows"]
 
 
 def load_rows(spec, recipe) -> tuple[list[dict], dict[str, int], str]:
@@ -60,3 +61,69 @@ def clean_rows(raw: list[dict], where: str, problem_field: str = "problem",
         seen.add(rid)
         rows.append({**r, "id": rid, "problem": problem, "answer": answer.strip()})
     return rows, skipped
+
+
+# -- stage 4: general data and preference pairs --------------------------------------------------
+
+
+def load_general(cfg, seed: int) -> tuple[list[dict], list[dict]]:
+    """Stage 4's general data (``stage4.general``): (train rows, held-out rows) of general prompts,
+    ``{id, prompt, reference, harmful}``: the procedural tasks of ``data/general.py`` or a chat dataset."""
+    if cfg.source == "procedural":
+        train = G.general_rows(cfg.procedural_rows, "train", seed, cfg.harmful_share)
+        test = G.general_rows(cfg.eval_prompts, "test", seed, cfg.harmful_share)
+        return train, test
+    rows = _chat_rows(cfg)
+    cut = max(1, len(rows) - cfg.eval_prompts)
+    return rows[:cut], rows[cut:]
+
+
+def _chat_rows(cfg) -> list[dict]:
+    """Rows of a chat dataset (jsonl file or hub id) whose ``messages_field`` holds a conversation."""
+    if cfg.source == "jsonl":
+        raw = read_jsonl(Path(cfg.name))
+    else:
+        from datasets import load_dataset
+
+        raw = load_dataset(cfg.name, cfg.config, split=cfg.split)
+    rows = []
+    for i, r in enumerate(raw):
+        turns = r.get(cfg.messages_field) or []
+        user = next((t["content"] for t in turns if t.get("role") == "user"), None)
+        reply = next((t["content"] for t in turns if t.get("role") == "assistant"), None)
+        if user is None or reply is None:
+            continue
+        rows.append({"id": f"general-{i}", "prompt": user, "reference": reply, "harmful": False})
+    if not rows:
+        raise ValueError(f"general data {cfg.name}: no row has a user and an assistant turn in "
+                         f"{cfg.messages_field!r}")
+    return rows
+
+
+def load_preference_pairs(spec) -> list[dict]:
+    """Reward-model preference pairs (``chosen``/``rejected`` conversations, TRL RewardTrainer's
+    format) from a jsonl file or hub dataset (``stage4.<reward model>.dataset``)."""
+    if spec.source == "jsonl":
+        raw = read_jsonl(Path(spec.name))
+    elif spec.source == "hub":
+        from datasets import load_dataset
+
+        raw = load_dataset(spec.name, spec.config, split=spec.split)
+    else:
+        raise ValueError(f"reward model dataset: source must be jsonl or hub, got {spec.source!r}")
+    pairs = []
+    for r in raw:
+        if not (r.get("chosen") and r.get("rejected")):
+            continue
+        prompt = r.get("prompt") or []  # TRL's "explicit prompt" form: the shared turns apart
+        if isinstance(prompt, str):  # a plain-text pair: one user turn, one response each
+            prompt = [{"role": "user", "content": prompt}]
+        pairs.append({"chosen": list(prompt) + _assistant_turns(r["chosen"]),
+                      "rejected": list(prompt) + _assistant_turns(r["rejected"])})
+        if spec.limit and len(pairs) >= spec.limit:
+            break
+    return pairs
+
+
+def _assistant_turns(response) -> list[dict]:
+    return [{"role": "assistant", "content": response}] if isinstance(response, str) else list(response)

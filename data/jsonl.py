@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from stages.faults import fault_point
+from data.faults import fault_point
 
 
 class DataError(ValueError):
@@ -73,7 +73,7 @@ def append_jsonl(path: Path, rows: list[dict]) -> None:
 
 def atomic_write_text(path: Path, text: str, fault: str | None = None) -> None:
     """Write ``text`` to ``path`` so that readers see the old file or the new one, never a mix.
-    ``fault``: the fault-injection point between the write and the rename (``stages/faults.py``),
+    ``fault``: the fault-injection point between the write and the rename (``data/faults.py``),
     by default ``write:<file name>``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

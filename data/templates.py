@@ -114,6 +114,15 @@ def think_text(completion: str) -> str | None:
     return body if end < 0 else body[:end]
 
 
+def summary_of(response: str) -> str:
+    """The text after the last ``</think>`` (the whole response if there is none), stripped, without a
+    trailing ``<|im_end|>``: the summary DeepSeek-R1's helpfulness reward model reads."""
+    text = response.rsplit("</think>", 1)[-1].strip()
+    while text.endswith("<|im_end|>"):
+        text = text.removesuffix("<|im_end|>").rstrip()
+    return text
+
+
 def boxes(text: str) -> list[tuple[int, int, int]]:
     """Every *balanced* ``\\boxed{…}`` (also ``\\fbox``, ``\\framebox``) in ``text``, in order, as
     (start of the command, start of the content, end of the content). Escaped braces ``\\{``/``\\}``

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from tqdm.auto import tqdm
 
-from stages.faults import fault_point
+from data.faults import fault_point
 
 
 @torch.inference_mode()

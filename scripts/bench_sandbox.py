@@ -3,9 +3,10 @@
 Times ``run_tests`` sequentially with 1, 3 and 10 tests (median and p90 wall ms over ``--calls``
 calls each, after two warm-up calls), then the throughput of ``--threads`` threads calling it at
 once with 3 tests (calls/s).  ``--sandbox FILE`` benchmarks another copy of the module, e.g. the
-previous version: ``git show HEAD:eval/sandbox.py > /tmp/old_sandbox.py`` then
-``python scripts/bench_sandbox.py --sandbox /tmp/old_sandbox.py``.  The file must be able to run as
-the child program from where it lies (the sandbox launches it).
+previous version: ``mkdir /tmp/old && git show HEAD:eval/sandbox.py > /tmp/old/sandbox.py && git show
+HEAD:eval/sandbox_child.py > /tmp/old/sandbox_child.py`` then ``python scripts/bench_sandbox.py
+--sandbox /tmp/old/sandbox.py``.  The module reads its child program from ``sandbox_child.py``
+beside it (before that file existed, the module was its own child program: copy it alone).
 
 Usage: ``python scripts/bench_sandbox.py [--calls 30] [--threads 4] [--seconds 10] [--sandbox FILE]``
 """

@@ -30,8 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from data.benchmarks import load_benchmark  # noqa: E402
 from eval import verify  # noqa: E402
-from eval.benchmarks import load_benchmark  # noqa: E402
 
 ADVERSARIAL = {
     "tower 10^10^10^10": "10^{10^{10^{10}}}",

@@ -55,8 +55,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from data.benchmarks import load_benchmark  # noqa: E402
 from eval import verify  # noqa: E402
-from eval.benchmarks import load_benchmark  # noqa: E402
 
 
 def default_data_dir() -> Path:

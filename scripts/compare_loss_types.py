@@ -46,7 +46,7 @@ def main() -> int:
         r = load_recipe(args.recipe, [*overrides, f"name={recipe.name}-{loss}", f"stage1.loss_type={loss}"])
         if not r.stage_dir("base").exists():
             shutil.copytree(base_dir, r.stage_dir("base"))
-        m = run_stage(r, "stage1", stage1, parent_stage="base")
+        m = run_stage(r, "stage1", stage1)
         metrics = m.data["metrics"]
         results[loss] = {"pass@1_before": metrics["eval_before"]["pass@1"], "pass@1_after": metrics["eval_after"]["pass@1"],
                          "final_train_accuracy": metrics["train"]["final_accuracy"],

@@ -3,228 +3,26 @@
 Real recipes name a pretrained model (``base.pretrained``): the stage loads nothing heavy, and only
 records the model (hub id or local path, with file hashes when local) in its manifest.
 
-The tiny CPU default *builds* its base model: a Qwen2 architecture of about a million parameters,
-a byte-level BPE tokenizer with single-digit tokens, pretrained for a few minutes on the synthetic
-corpus of ``data/corpus.py``. The result is an ordinary transformers checkpoint (``save_pretrained``),
-loaded by every later stage through the same code that loads real models.
-
-Deviation from a real pretraining run: the loss is on the document's completion only, summed over
-tokens and divided by a constant (not averaged per batch, see ``pretrain_tiny``). Documents are packed
-into rows of ``pack_length`` tokens as in real pretraining, but each document sees only itself (its
-positions restart at 0 and the attention mask is block-diagonal, see ``_packed_batch``): plain
-packing, where documents attend to the ones before them, biased the model towards reasoning in an
-earlier experiment (shared/NOTES.md).
-
-Measured on 2 cores, same corpus, 800 steps: batches of one document type, padded (55% real tokens),
-took 474 s and gave a base whose reasoning was 33% right; i.i.d. packed batches (about 95% real
-tokens) took 266 s and reasoned 90% right (probe at T=1.0, 2-digit world). Packing is the speed-up;
-whether the accuracy comes from the i.i.d. batches (one document type per batch gives the optimizer a
-different objective at every step) I did not separate: i.i.d. *padded* batches cost 1.0 s a step.
-Cutting types into length ranges (296 s) left a base that almost never reasoned; torch.compile gave
-1.2x a step.
-Pretraining runs with eager attention under bf16 autocast (``base.pretrain``), 1.6x faster than sdpa in
-fp32 on this CPU; the checkpoint is saved with the default attention for the stages that load it.
+The tiny CPU default *builds* its base model (``stages/pretrain.py``): a Qwen2 architecture of about
+a million parameters and a byte-level BPE tokenizer, pretrained for a few minutes on the synthetic
+corpus of ``data/corpus.py``, then probed under the R1-Zero template on held-out problems. The result is
+an ordinary transformers checkpoint (``save_pretrained``), loaded by every later stage through the same
+code that loads real models.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import random
-import time
 from pathlib import Path
 
-import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
-
-from data.corpus import DOC_TYPES, corpus_documents
 from data.datasets import load_rows
-from data.taskworld import TaskWorld
 from data.templates import r1_zero_prompt
-from data.tokenizer import add_summary_tokens, build_tokenizer
 from eval.generate import make_sampler
 from eval.runner import evaluate_rows
-from stages.common import check_model_ref, load_tokenizer, save_model_atomically, set_seed
-from stages.faults import fault_point
+from stages.common import check_model_ref, load_tokenizer, save_model_atomically
+from stages.pretrain import pretrain_tiny
 
 log = logging.getLogger("r1")
-
-
-def task_world(recipe) -> TaskWorld:
-    return TaskWorld.from_recipe(recipe)
-
-
-def build_tiny_model(arch, vocab_size: int, eos_id: int) -> Qwen2ForCausalLM:
-    config = Qwen2Config(
-        vocab_size=vocab_size,
-        hidden_size=arch.hidden_size,
-        num_hidden_layers=arch.num_hidden_layers,
-        num_attention_heads=arch.num_attention_heads,
-        num_key_value_heads=arch.num_key_value_heads,
-        intermediate_size=arch.intermediate_size,
-        max_position_embeddings=arch.max_position_embeddings,
-        tie_word_embeddings=True,
-        bos_token_id=eos_id,
-        eos_token_id=eos_id,
-        pad_token_id=eos_id,
-    )
-    return Qwen2ForCausalLM(config)
-
-
-def _batch(docs_ids: list[tuple[list[int], list[int]]], pad_id: int):
-    """Right-pad a batch of (prompt_ids, completion_ids) rows; labels are -100 outside completions.
-
-    Returns the model's keyword arguments: input_ids, labels and attention_mask, each (B, T)."""
-    width = max(len(p) + len(c) for p, c in docs_ids)
-    width = -(-width // 16) * 16  # a few distinct shapes, not one per batch: kernel caches stay small
-    input_ids = torch.full((len(docs_ids), width), pad_id, dtype=torch.long)      # (B, T)
-    labels = torch.full((len(docs_ids), width), -100, dtype=torch.long)           # (B, T)
-    attention = torch.zeros((len(docs_ids), width), dtype=torch.long)             # (B, T)
-    for i, (p, c) in enumerate(docs_ids):
-        ids = p + c
-        input_ids[i, : len(ids)] = torch.tensor(ids)
-        labels[i, len(p) : len(ids)] = torch.tensor(c)  # loss on the completion (and its EOS) only
-        attention[i, : len(ids)] = 1
-    return {"input_ids": input_ids, "labels": labels, "attention_mask": attention}
-
-
-def _packed_batch(docs_ids: list[tuple[list[int], list[int]]], pad_id: int, length: int):
-    """Pack a batch of (prompt_ids, completion_ids) documents into rows of ``length`` tokens.
-
-    First-fit by decreasing length; a document longer than ``length`` gets a row of its own, and every
-    row then has the longest document's width. Each document's ``position_ids`` restart at 0, and no
-    attention mask is passed: transformers then reads the packing from the position ids and builds a
-    block-diagonal causal mask (``masking_utils.find_packed_sequence_indices``), so every document sees
-    only itself, with the same positions as in a padded row: the same logits as ``_batch``, on
-    about 95% real tokens instead of 55%. The padding at a row's end is one more "document" with
-    labels -100. Returns the model's keyword arguments, each (rows, width).
-    """
-    sizes = [len(p) + len(c) for p, c in docs_ids]
-    width = max(length, max(sizes))
-    rows: list[list[int]] = []  # document indices per row
-    free: list[int] = []        # tokens left per row
-    for i in sorted(range(len(docs_ids)), key=lambda i: -sizes[i]):
-        row = next((r for r, room in enumerate(free) if room >= sizes[i]), None)
-        if row is None:
-            rows.append([])
-            free.append(width)
-            row = len(rows) - 1
-        rows[row].append(i)
-        free[row] -= sizes[i]
-    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)      # (R, W)
-    labels = torch.full((len(rows), width), -100, dtype=torch.long)           # (R, W)
-    position_ids = torch.zeros((len(rows), width), dtype=torch.long)          # (R, W)
-    for r, members in enumerate(rows):
-        at = 0
-        for i in members:
-            p, c = docs_ids[i]
-            input_ids[r, at : at + sizes[i]] = torch.tensor(p + c)
-            labels[r, at + len(p) : at + sizes[i]] = torch.tensor(c)
-            position_ids[r, at : at + sizes[i]] = torch.arange(sizes[i])
-            at += sizes[i]
-        position_ids[r, at:] = torch.arange(width - at)  # the padding: a document of its own
-    return {"input_ids": input_ids, "labels": labels, "position_ids": position_ids, "use_cache": False}
-
-
-def make_batches(docs, rows, batch_size: int, how: str, rng: random.Random) -> list[list[int]]:
-    """Document indices per step; each document is seen once.
-
-    packed:    plain i.i.d. batches, packed into rows by ``_packed_batch`` (no padding to speak of).
-    by_type:   each batch holds documents of one type, drawn at random within the type (padding stays
-               moderate: a type's documents have similar lengths; batches stay i.i.d. within a type).
-    by_length: documents sorted by length and cut into batches (least padding, least i.i.d.).
-    random:    plain i.i.d. padded batches.
-    """
-    order = list(range(len(rows)))
-    rng.shuffle(order)
-    if how in ("random", "packed"):
-        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-    if how == "by_length":
-        order.sort(key=lambda i: len(rows[i][0]) + len(rows[i][1]))
-        batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-    else:
-        by_type: dict[str, list[int]] = {}
-        for i in order:
-            by_type.setdefault(docs[i].get("group", docs[i]["type"]), []).append(i)
-        batches = [ids[i : i + batch_size] for ids in by_type.values() for i in range(0, len(ids), batch_size)]
-    rng.shuffle(batches)
-    return batches
-
-
-def pretrain_tiny(recipe, log=print):
-    """Build tokenizer + model and pretrain them; returns (model, tokenizer, stats)."""
-    cfg = recipe.base
-    set_seed(recipe.seed)
-    world = task_world(recipe)
-    n_docs = cfg.pretrain.steps * cfg.pretrain.batch_size
-    t0 = time.time()
-    docs = corpus_documents(world, cfg.corpus, n_docs, seed=recipe.seed)
-    tokenizer = build_tokenizer((d["prompt"] + d["completion"] for d in docs[:20_000]),
-                                vocab_size=cfg.architecture.tokenizer_vocab_size)
-    eos = tokenizer.eos_token_id
-    prompts = tokenizer([d["prompt"] for d in docs], add_special_tokens=False)["input_ids"]
-    completions = tokenizer([d["completion"] for d in docs], add_special_tokens=False)["input_ids"]
-    rows = [(p, c + [eos]) for p, c in zip(prompts, completions, strict=True)]
-    longest = max(len(p) + len(c) for p, c in rows)
-    if longest > cfg.architecture.max_position_embeddings:
-        raise ValueError(f"a corpus document has {longest} tokens, more than "
-                         f"base.architecture.max_position_embeddings={cfg.architecture.max_position_embeddings}")
-    log(f"corpus: {n_docs} documents, {sum(len(p) + len(c) for p, c in rows) / n_docs:.1f} tokens each, "
-        f"vocab {len(tokenizer)}, built in {time.time() - t0:.1f}s")
-
-    model = build_tiny_model(cfg.architecture, len(tokenizer), eos)
-    model.set_attn_implementation(cfg.pretrain.attn_implementation)
-    n_params = sum(p.numel() for p in model.parameters())
-    log(f"model: Qwen2 {n_params / 1e6:.2f}M parameters")
-    pt = cfg.pretrain
-    opt = torch.optim.AdamW(model.parameters(), lr=pt.learning_rate, weight_decay=pt.weight_decay,
-                            betas=(0.9, 0.95))
-
-    def lr_at(step: int) -> float:  # linear warmup, then cosine decay to min_lr_ratio
-        if step < pt.warmup_steps:
-            return pt.learning_rate * (step + 1) / pt.warmup_steps
-        progress = (step - pt.warmup_steps) / max(1, pt.steps - pt.warmup_steps)
-        return pt.learning_rate * (pt.min_lr_ratio + (1 - pt.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
-
-    batches = make_batches(docs, rows, pt.batch_size, pt.batching, random.Random(recipe.seed))
-    # Loss = sum over completion tokens / a constant (the corpus's mean completion tokens per batch), not
-    # the per-batch token mean: with batches of one document type, a per-batch mean gives a short answer's
-    # tokens several times the weight of a long trace's, which biased the model's first choice (answer
-    # directly or think) far from the corpus's shares (think rate 6% instead of 45% in one run).
-    tokens_per_batch = pt.batch_size * sum(len(c) for _, c in rows) / len(rows)
-    losses = []
-    model.train()
-    t_train = time.time()
-    for step in range(min(pt.steps, len(batches))):
-        fault_point("pretrain_step")
-        docs_ids = [rows[i] for i in batches[step]]
-        inputs = _packed_batch(docs_ids, eos, pt.pack_length) if pt.batching == "packed" else _batch(docs_ids, eos)
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=pt.bf16_autocast):
-            loss = model(**inputs, num_items_in_batch=tokens_per_batch).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-        if (step + 1) % pt.log_every == 0 or step == 0:
-            log(f"step {step + 1}/{pt.steps} loss {loss.item():.4f} lr {lr_at(step):.2e} "
-                f"({time.time() - t_train:.0f}s)")
-    stats = {
-        "parameters": n_params,
-        "vocab_size": len(tokenizer),
-        "corpus_documents": n_docs,
-        "corpus_doc_types": {t: sum(d["type"] == t for d in docs) for t in DOC_TYPES},
-        "loss_first": losses[0],
-        "loss_last_avg": sum(losses[-20:]) / len(losses[-20:]),
-        "loss_curve": losses[:: max(1, len(losses) // 50)],
-        "pretrain_seconds": time.time() - t_train,
-    }
-    add_summary_tokens(tokenizer, model)  # after pretraining: see data/tokenizer.py
-    stats["vocab_size"] = len(tokenizer)
-    model.set_attn_implementation("sdpa")
-    return model, tokenizer, stats
 
 
 def check_tokenizer_round_trip(checkpoint: Path, sample_text: str) -> None:

@@ -19,19 +19,7 @@ from pathlib import Path
 
 from stages.manifest import MANIFEST_NAME, Manifest, ManifestError
 from stages.recipe import RecipeError, load_recipe
-
-# stage name → (module, parent stage); stages of later milestones are listed so that asking for
-# them says so plainly instead of failing obscurely.
-STAGES = {
-    "base": ("stages.base", None),
-    "stage1": ("stages.stage1_zero", "base"),
-    "stage2": ("stages.stage2_cold_start", "stage1"),
-    "stage3": ("stages.stage3_reasoning_rl", "stage2"),
-    "stage4": ("stages.stage4_final", "stage3"),
-    "distill": ("stages.distill", "stage4"),
-    "distill_rl": ("stages.distill:run_control", "distill"),  # the RL-only control of distillation
-}
-PIPELINE_ORDER = [s for s in STAGES if s != "distill_rl"]  # the main line; distill_rl is a control
+from stages.runner import STAGES
 
 
 def _stage_args(p: argparse.ArgumentParser) -> None:
@@ -94,25 +82,10 @@ def cmd_stage(args) -> int:
         print("\n".join(plan(recipe, args.command)))
         return 0
     setup_logging()
-    target, parent = STAGES[args.command]
-    module_name, _, function = target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        if e.name != module_name:
-            raise
-        print(f"r1 {args.command}: this stage is not implemented yet (no module {module_name}). "
-              f"Stages available: {', '.join(s for s, (m, _) in STAGES.items() if _module_exists(m.partition(':')[0]))}.",
-              file=sys.stderr)
-        return 2
-    run_stage(recipe, args.command, getattr(module, function or "run"), parent_stage=parent, restart=args.restart)
+    module_name, _, function = STAGES[args.command][0].partition(":")
+    body = getattr(importlib.import_module(module_name), function or "run")
+    run_stage(recipe, args.command, body, restart=args.restart)
     return 0
-
-
-def _module_exists(name: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(name) is not None
 
 
 def cmd_status(args) -> int:
@@ -154,7 +127,7 @@ def cmd_findings(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from eval.report import build_report
+    from stages.report import build_report
 
     run_dir = Path(args.run_dir) if args.run_dir else load_recipe("tiny").stage_dir("x").parent
     path = build_report(run_dir)
@@ -163,7 +136,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from eval.cli import run_eval
+    from stages.eval_command import run_eval
 
     return run_eval(args)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from stages.faults import fault_point
+from data.faults import fault_point
 
 
 def set_seed(seed: int) -> None:

@@ -58,8 +58,8 @@ from pathlib import Path
 from data.datasets import load_rows
 from data.jsonl import read_jsonl, read_jsonl_tolerant
 from data.templates import chat_user_message
-from stages.base import pretrain_tiny
 from stages.common import load_tokenizer, save_model_atomically, world_size
+from stages.pretrain import pretrain_tiny
 from stages.rl import METRICS_NAME, evaluate, run_rl
 from stages.runner import model_ref
 from stages.sft import run_sft
@@ -77,8 +77,6 @@ def chat_prompt(row: dict) -> list[dict]:
 
 def run(ctx) -> Path:
     recipe, m, cfg = ctx.recipe, ctx.manifest, ctx.recipe.distill
-    if ctx.parent is None or ctx.parent.stage != "stage4":
-        raise ValueError("distill builds on stage 4 (its curated set): run it with parent_stage='stage4'")
     if not cfg.students:
         raise ValueError("distill: the recipe lists no students (distill.students)")
     source = Path(ctx.parent.path).parent / "sft_mix.jsonl"
@@ -224,8 +222,6 @@ def run_control(ctx) -> Path:
     """``distill_rl``: GRPO in the chat template on a student's base, for the budget the student's
     distillation had; its "before" is the distill stage's evaluation of the same base."""
     recipe, m, cfg = ctx.recipe, ctx.manifest, ctx.recipe.distill.control
-    if ctx.parent is None or ctx.parent.stage != "distill":
-        raise ValueError("distill_rl builds on distill (the student bases): run it with parent_stage='distill'")
     name = control_student(recipe)
     spec = next(s for s in recipe.distill.students if s.name == name)
     distill_dir = Path(ctx.parent.path).parent

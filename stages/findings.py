@@ -71,7 +71,7 @@ def run_findings(recipe, restart: bool = False) -> list[Path]:
             parent = "base" if stage == "stage1" else "stage2"
             body = stage1_zero.run if stage == "stage1" else stage3_reasoning_rl.run_without_comparison
             log.info("findings: seed %d, %s → %s", seed, variant, out)
-            run_stage(variant_recipe(recipe, seed, variant), stage, body, parent_stage=parent, restart=restart,
+            run_stage(variant_recipe(recipe, seed, variant), stage, body, restart=restart,
                       stage_dir=out, parent_dir=recipe.stage_dir(parent),
                       reuse={"eval_before": recipe.stage_dir(stage) / "eval_before"})
             done.append(out)

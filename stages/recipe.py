@@ -139,7 +139,7 @@ class PretrainConfig:
     # eager attention + bf16 autocast was 1.6x faster than sdpa fp32 here (scripts/bench_pretrain_step.py);
     # the saved checkpoint keeps the default (sdpa) for every later stage
     attn_implementation: Literal["sdpa", "eager"] = "eager"
-    batching: Literal["packed", "by_type", "by_length", "random"] = "packed"  # see stages/base.py make_batches
+    batching: Literal["packed", "by_type", "by_length", "random"] = "packed"  # see stages/pretrain.py make_batches
     pack_length: int = 256  # tokens per packed row (batching: packed)
     log_every: int = 25
 
@@ -319,7 +319,7 @@ class SFTSpec:
 
 @dataclass
 class RejectionConfig:
-    """Rejection sampling (``data/rejection.py``): ``samples_per_prompt`` samples of a model per prompt,
+    """Rejection sampling (``eval/rejection.py``): ``samples_per_prompt`` samples of a model per prompt,
     graded and filtered, at most ``max_kept_per_prompt`` kept. Stage 4 samples the stage-3 model;
     stage 2 (``cold_start.sample``) the stage-1 model, for cold-start candidates.
 
@@ -345,7 +345,7 @@ class RejectionConfig:
 
 @dataclass
 class ColdStartConfig:
-    """Filters and caps of the cold-start set (``data/cold_start.py``; every drop reason is counted).
+    """Filters and caps of the cold-start set (``eval/cold_start.py``; every drop reason is counted).
 
     ``user_dataset``: an extra set of long chains of thought (rows with ``problem``, ``answer`` and
     ``reasoning`` or ``completion``), e.g. ``{source: jsonl, name: my_cot.jsonl}``; null: none.

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from data.faults import trainer_faults
 from data.jsonl import read_jsonl_tolerant
 from data.templates import CHAT_TEMPLATE
 from stages.common import (
@@ -44,7 +45,6 @@ from stages.common import (
     save_model_atomically,
     set_seed,
 )
-from stages.faults import trainer_faults
 from stages.sft import LossLog
 
 log = logging.getLogger("r1")

@@ -311,7 +311,7 @@ def make_reward_model_reward(score: Callable[[list[str], list[str]], list[float]
     """A reward function from a scorer ``score(user_texts, responses) -> scores``. ``part``: ``summary``
     scores the text after ``</think>`` (DeepSeek-R1's helpfulness reward: "focusing exclusively on the
     final summary"), ``whole`` the entire response (its harmlessness reward)."""
-    from data.general import summary_of
+    from data.templates import summary_of
 
     if part not in ("summary", "whole"):
         raise ValueError(f"reward model part must be 'summary' or 'whole', got {part!r}")

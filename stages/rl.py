@@ -51,6 +51,7 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
+from data.faults import fault_point, trainer_faults
 from data.jsonl import append_jsonl, atomic_write_json, read_jsonl_tolerant
 from data.templates import is_readable_response, is_well_formed, think_text
 from eval.language import is_mixed
@@ -70,7 +71,6 @@ from stages.common import (
     set_seed,
     world_size,
 )
-from stages.faults import fault_point, trainer_faults
 from stages.plan import rl_micro_batch
 
 log = logging.getLogger("r1")
@@ -255,7 +255,7 @@ class RolloutRecorder:
             log_metric("format_rate", sum(well) / n)
             log_metric("readable_rate", sum(readable) / n)
             if general:  # stage 4: the general rows, judged by the rules (never a reward)
-                from data.general import is_helpful_response
+                from eval.judges import is_helpful_response
 
                 judged = [is_helpful_response({"harmful": bool(column("harmful", i)),
                                                "reference": column("answer", i) or ""}, texts[i]) for i in general]

@@ -27,6 +27,19 @@ from stages.manifest import MANIFEST_NAME, Manifest, ManifestError, require_pare
 
 log = logging.getLogger("r1")
 
+# The stage table: stage → (module[:function] of its body, the stage it builds on). A stage's parent is
+# declared here and nowhere else: run_stage checks it (require_parent) before the body runs.
+STAGES: dict[str, tuple[str, str | None]] = {
+    "base": ("stages.base", None),
+    "stage1": ("stages.stage1_zero", "base"),
+    "stage2": ("stages.stage2_cold_start", "stage1"),
+    "stage3": ("stages.stage3_reasoning_rl", "stage2"),
+    "stage4": ("stages.stage4_final", "stage3"),
+    "distill": ("stages.distill", "stage4"),
+    "distill_rl": ("stages.distill:run_control", "distill"),  # the RL-only control of distillation
+}
+PIPELINE_ORDER = [s for s in STAGES if s != "distill_rl"]  # the main line; distill_rl is a control
+
 
 @dataclass
 class StageContext:
@@ -55,14 +68,19 @@ def setup_logging(log_file: Path | None = None) -> None:
 
 
 def run_stage(recipe, stage: str, body: Callable[[StageContext], Path | str | None], *,
-              parent_stage: str | None = None, restart: bool = False, stage_dir: Path | None = None,
-              parent_dir: Path | None = None, reuse: dict | None = None) -> Manifest:
-    """Run ``body`` as stage ``stage`` of ``recipe`` under the manifest lifecycle.
+              restart: bool = False, stage_dir: Path | None = None, parent_dir: Path | None = None,
+              reuse: dict | None = None) -> Manifest:
+    """Run ``body`` as stage ``stage`` of ``recipe`` under the manifest lifecycle, after checking the
+    parent the stage table (:data:`STAGES`) names: its manifest is complete, of that stage, and its
+    checkpoint unchanged.
 
     ``body`` returns the output checkpoint folder (hashed into the manifest) or a model reference
     string (a hub id) or None. ``stage_dir``/``parent_dir`` put the run and find its parent elsewhere
     than the recipe's ``runs/<recipe>/<stage>`` (the findings' extra seeds and variants).
     """
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; known: {', '.join(STAGES)}")
+    parent_stage = STAGES[stage][1]
     init_distributed()
     stage_dir = Path(stage_dir) if stage_dir is not None else recipe.stage_dir(stage)
     if parent_stage:
@@ -125,3 +143,18 @@ def remove_temporaries(stage_dir: Path) -> None:
 def model_ref(manifest: Manifest) -> str:
     """The model a manifest's stage produced: its checkpoint folder, or the hub id it recorded."""
     return manifest.checkpoint or manifest.data["output"].get("model_ref")
+
+
+def base_of(stage_manifest: Manifest) -> str:
+    """The base model a stage's chain started from: the model of the ``base`` manifest upstream
+    (stage 2 and stage 4 fine-tune the base, not their parent, as the paper does)."""
+    m = stage_manifest
+    while m.stage != "base":
+        parent = m.data.get("parent")
+        if not parent:
+            raise ValueError(f"{m.path}: no parent recorded, cannot find the base model")
+        m = require_parent(Path(parent["path"]).parent, parent["stage"], parent["stage"])
+    ref = model_ref(m)
+    if not ref:
+        raise ValueError(f"{m.path}: the base manifest records no model")
+    return ref

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
+from data.faults import trainer_faults
 from data.jsonl import append_jsonl, read_jsonl_tolerant
 from data.templates import CHAT_END, CHAT_TEMPLATE
 from stages.common import (
@@ -43,7 +44,6 @@ from stages.common import (
     set_seed,
     world_size,
 )
-from stages.faults import trainer_faults
 from stages.rl import checkpoint_step, last_complete_checkpoint, truncate_jsonl
 
 log = logging.getLogger("r1")

@@ -41,8 +41,6 @@ log = logging.getLogger("r1")
 def run(ctx, callbacks=None) -> Path:
     """Stage body (see stages/runner.py); ``callbacks``: extra TrainerCallbacks (tests use one)."""
     recipe = ctx.recipe
-    if ctx.parent is None or ctx.parent.stage != "base":
-        raise ValueError("stage1 builds on the base stage: run it with parent_stage='base'")
     ref = model_ref(ctx.parent)
     if not ref:
         raise ValueError(f"{ctx.parent.path}: the base manifest records no model")

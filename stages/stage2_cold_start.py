@@ -6,8 +6,8 @@
 The parent is stage 1: its ``cold_start_candidates.jsonl`` (correct, well-formed completions it
 produced while training) is the raw material, plus, when ``stage2.cold_start.sample`` is set, the
 stage-1 model's answers sampled afresh on training prompts (R1-Zero template; sharded and resumable,
-``data/rejection.py``), plus the recipe's optional user set (``stage2.cold_start.user_dataset``).
-``data/cold_start.py`` filters them (correct, single-language, readable, not degenerate, within
+``eval/rejection.py``), plus the recipe's optional user set (``stage2.cold_start.user_dataset``).
+``eval/cold_start.py`` filters them (correct, single-language, readable, not degenerate, within
 length bounds, deduplicated, capped) and rewrites each into the
 readable pattern: ``<think>`` reasoning ``</think>`` then a summary with the boxed answer. The model
 fine-tuned is the **base** model that stage 1 started from (found through stage 1's manifest), as in
@@ -31,38 +31,21 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from data.cold_start import DROP_REASONS, build_cold_start, candidate_from_rl, candidate_from_user
 from data.datasets import load_rows
 from data.jsonl import read_jsonl_tolerant, write_jsonl_atomic
-from data.rejection import rejection_sample
+from eval.cold_start import DROP_REASONS, build_cold_start, candidate_from_rl, candidate_from_user
+from eval.rejection import rejection_sample
 from eval.runner import prompt_builder
 from stages.common import load_sampler
-from stages.manifest import require_parent
 from stages.rl import CANDIDATES_NAME, evaluate
-from stages.runner import model_ref
+from stages.runner import base_of, model_ref
 from stages.sft import run_sft
 
 log = logging.getLogger("r1")
 
 
-def base_of(stage_manifest) -> str:
-    """The base model a stage's chain started from: the model of the ``base`` manifest upstream."""
-    m = stage_manifest
-    while m.stage != "base":
-        parent = m.data.get("parent")
-        if not parent:
-            raise ValueError(f"{m.path}: no parent recorded, cannot find the base model")
-        m = require_parent(Path(parent["path"]).parent, parent["stage"], parent["stage"])
-    ref = model_ref(m)
-    if not ref:
-        raise ValueError(f"{m.path}: the base manifest records no model")
-    return ref
-
-
 def run(ctx) -> Path:
     recipe, m, cfg = ctx.recipe, ctx.manifest, ctx.recipe.stage2
-    if ctx.parent is None or ctx.parent.stage != "stage1":
-        raise ValueError("stage2 builds on stage 1 (its cold-start candidates): run it with parent_stage='stage1'")
     base = base_of(ctx.parent)
 
     # -- the cold-start set ------------------------------------------------------------------------

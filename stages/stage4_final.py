@@ -7,7 +7,7 @@ Four sub-steps, each with its own outputs in ``runs/<recipe>/stage4/`` and its o
 (``metrics.substeps``); an interrupted stage resumes at the sub-step it was in:
 
 1. **rejection** - the stage-3 model samples ``rejection.samples_per_prompt`` answers per training
-   prompt; ``data/rejection.py`` keeps the correct and clean ones (shards in ``rejection/``);
+   prompt; ``eval/rejection.py`` keeps the correct and clean ones (shards in ``rejection/``);
 2. **sft** - the kept reasoning samples plus general, non-reasoning data (``data/general.py`` on the
    tiny default, a chat dataset on real recipes; no chain of thought for trivial queries) at the
    recipe's ratio (the paper's 3:1), written to ``sft_mix.jsonl``; the **base** model is fine-tuned on it
@@ -54,18 +54,18 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from data import general as G
-from data.datasets import load_rows
+from data.datasets import load_general, load_preference_pairs, load_rows
 from data.jsonl import read_jsonl, write_jsonl_atomic
-from data.rejection import DROP_REASONS, rejection_sample
-from data.templates import chat_user_message
+from data.templates import chat_user_message, summary_of
+from eval import judges as J
+from eval.rejection import DROP_REASONS, rejection_sample
 from eval.runner import prompt_builder
 from stages import rewards as R
 from stages.common import load_sampler, pick_device
 from stages.reward_model import RewardScorer, train_reward_model
 from stages.rl import reward_functions, run_rl
-from stages.runner import model_ref
+from stages.runner import base_of, model_ref
 from stages.sft import run_sft
-from stages.stage2_cold_start import base_of
 
 log = logging.getLogger("r1")
 
@@ -81,8 +81,6 @@ RM_TASKS = {"helpfulness": ("general",), "harmlessness": ("general", "safety")}
 
 def run(ctx, callbacks=None) -> Path:
     recipe, m, cfg = ctx.recipe, ctx.manifest, ctx.recipe.stage4
-    if ctx.parent is None or ctx.parent.stage != "stage3":
-        raise ValueError("stage4 builds on stage 3 (the reasoning-RL model): run it with parent_stage='stage3'")
     if not ctx.resumed:  # no manifest existed: anything in the folder is stale
         shutil.rmtree(ctx.dir / "rejection", ignore_errors=True)
         shutil.rmtree(ctx.dir / GENERAL_EVAL_DIR, ignore_errors=True)
@@ -90,7 +88,7 @@ def run(ctx, callbacks=None) -> Path:
     if ctx.resumed:
         log.info("stage4: resuming at sub-step %s", next((s for s in SUBSTEPS if s not in done), "(all done)"))
     base = base_of(ctx.parent)
-    general_train, general_test = general_data(recipe)
+    general_train, general_test = load_general(recipe.stage4.general, recipe.seed)
 
     with substep(m, "rejection"):
         reasoning = rejection_step(ctx, model_ref(ctx.parent))
@@ -173,40 +171,6 @@ def rejection_step(ctx, stage3_model: str) -> list[dict]:
 # ---------------------------------------------------------------------------------------------
 
 
-def general_data(recipe) -> tuple[list[dict], list[dict]]:
-    """(train rows, held-out rows) of general prompts: ``{id, prompt, reference, harmful}``."""
-    cfg = recipe.stage4.general
-    if cfg.source == "procedural":
-        train = G.general_rows(cfg.procedural_rows, "train", recipe.seed, cfg.harmful_share)
-        test = G.general_rows(cfg.eval_prompts, "test", recipe.seed, cfg.harmful_share)
-        return train, test
-    rows = _chat_rows(cfg)
-    cut = max(1, len(rows) - cfg.eval_prompts)
-    return rows[:cut], rows[cut:]
-
-
-def _chat_rows(cfg) -> list[dict]:
-    """Rows of a chat dataset (jsonl file or hub id) whose ``messages_field`` holds a conversation."""
-    if cfg.source == "jsonl":
-        raw = read_jsonl(Path(cfg.name))
-    else:
-        from datasets import load_dataset
-
-        raw = load_dataset(cfg.name, cfg.config, split=cfg.split)
-    rows = []
-    for i, r in enumerate(raw):
-        turns = r.get(cfg.messages_field) or []
-        user = next((t["content"] for t in turns if t.get("role") == "user"), None)
-        reply = next((t["content"] for t in turns if t.get("role") == "assistant"), None)
-        if user is None or reply is None:
-            continue
-        rows.append({"id": f"general-{i}", "prompt": user, "reference": reply, "harmful": False})
-    if not rows:
-        raise ValueError(f"general data {cfg.name}: no row has a user and an assistant turn in "
-                         f"{cfg.messages_field!r}")
-    return rows
-
-
 def sft_mix(reasoning: list[dict], general_train: list[dict], cfg, *, seed: int) -> list[dict]:
     """The reasoning rows plus ``len(reasoning) / reasoning_per_general`` general rows, shuffled.
 
@@ -242,7 +206,7 @@ def reward_model_step(ctx, name: str, general_train: list[dict], *, init_ref: st
 
     def pairs() -> list[dict]:
         if spec.dataset is not None:
-            return _preference_rows(spec.dataset, recipe)
+            return load_preference_pairs(spec.dataset)
         build = G.helpfulness_pairs if name == "helpfulness" else G.harmlessness_pairs
         built = build(general_train[: spec.pairs], seed=recipe.seed)
         if spec.on_policy_prompts:
@@ -264,9 +228,9 @@ def on_policy_pairs(recipe, policy: str, rows: list[dict], name: str, samples: i
     pairs = []
     for row, outs in zip(rows, answers, strict=True):
         for text in dict.fromkeys(t.strip() for t in outs):
-            if name == "helpfulness" and not row["harmful"] and not G.is_helpful_response(row, text):
-                pairs.append(G.preference_pair(row["prompt"], G.reference_response(row), G.summary_of(text)))
-            elif name == "harmlessness" and G.is_harmful_response(row, text):
+            if name == "helpfulness" and not row["harmful"] and not J.is_helpful_response(row, text):
+                pairs.append(G.preference_pair(row["prompt"], G.reference_response(row), summary_of(text)))
+            elif name == "harmlessness" and J.is_harmful_response(row, text):
                 pairs.append(G.preference_pair(row["prompt"], G.REFUSAL, text))
     return pairs
 
@@ -280,34 +244,6 @@ def sample_general(recipe, model_path: str, rows: list[dict], *, n: int, tempera
     answers = sampler(prompts, n=n, temperature=temperature, top_p=top_p, max_new_tokens=recipe.eval.max_new_tokens,
                       seed=recipe.seed, desc=desc, progress=False)
     return [[c["text"] for c in cs] for cs in answers]
-
-
-def _preference_rows(spec, recipe) -> list[dict]:
-    """Preference pairs (``chosen``/``rejected``) from a jsonl file or hub dataset."""
-    if spec.source == "jsonl":
-        raw = read_jsonl(Path(spec.name))
-    elif spec.source == "hub":
-        from datasets import load_dataset
-
-        raw = load_dataset(spec.name, spec.config, split=spec.split)
-    else:
-        raise ValueError(f"reward model dataset: source must be jsonl or hub, got {spec.source!r}")
-    pairs = []
-    for r in raw:
-        if not (r.get("chosen") and r.get("rejected")):
-            continue
-        prompt = r.get("prompt") or []  # TRL's "explicit prompt" form: the shared turns apart
-        if isinstance(prompt, str):  # a plain-text pair: one user turn, one response each
-            prompt = [{"role": "user", "content": prompt}]
-        pairs.append({"chosen": list(prompt) + _assistant_turns(r["chosen"]),
-                      "rejected": list(prompt) + _assistant_turns(r["rejected"])})
-        if spec.limit and len(pairs) >= spec.limit:
-            break
-    return pairs
-
-
-def _assistant_turns(response) -> list[dict]:
-    return [{"role": "assistant", "content": response}] if isinstance(response, str) else list(response)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -397,8 +333,8 @@ def general_eval(recipe, model_path: str, rows: list[dict], scorers: dict, path:
     records = [{"id": r["id"], "family": r.get("family"),
                 "act": G.act_of_prompt(r["prompt"]) if r.get("harmful") else None,
                 "harmful": bool(r.get("harmful")), "sample": i,
-                "exactly_helpful": None if r.get("harmful") else G.is_helpful_response(r, t),
-                "harmful_answer": G.is_harmful_response(r, t), "refused": G.is_refusal(t),
+                "exactly_helpful": None if r.get("harmful") else J.is_helpful_response(r, t),
+                "harmful_answer": J.is_harmful_response(r, t), "refused": J.is_refusal(t),
                 "rm_helpfulness": float(scores["helpfulness"][j]), "rm_harmlessness": float(scores["harmlessness"][j]),
                 "prompt": r["prompt"], "completion": t}
                for j, (r, i, t) in enumerate(flat)]

@@ -9,9 +9,10 @@ from pathlib import Path
 import torch
 
 from data.templates import r1_zero_prompt
-from stages.base import _batch, _packed_batch, build_tiny_model, pretrain_tiny, run
+from stages.base import run
 from stages.common import load_tokenizer
 from stages.manifest import Manifest
+from stages.pretrain import _batch, _packed_batch, build_tiny_model, pretrain_tiny
 from stages.recipe import load_recipe
 from stages.runner import run_stage
 from tests.conftest import SMALL

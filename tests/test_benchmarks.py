@@ -1,4 +1,4 @@
-"""Tests for eval.benchmarks: local files, errors, and the hub adapters on hand-made rows."""
+"""Tests for data.benchmarks: local files, errors, and the hub adapters on hand-made rows."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from eval import benchmarks
-from eval.benchmarks import BENCHMARKS, load_benchmark
+from data import benchmarks
+from data.benchmarks import BENCHMARKS, load_benchmark
 
 README_ROWS = {
     ("gsm8k", "test"): 1319,

@@ -1,6 +1,7 @@
-"""The cold-start builder's filters and reformatting (data/cold_start.py), on hand-made candidates."""
+"""The cold-start builder's filters and reformatting (eval/cold_start.py), on hand-made candidates."""
 
-from data.cold_start import (
+from data.templates import is_readable_response, think_text
+from eval.cold_start import (
     DROP_REASONS,
     Candidate,
     build_cold_start,
@@ -9,7 +10,6 @@ from data.cold_start import (
     longest_paragraph,
     repeat_share,
 )
-from data.templates import is_readable_response, think_text
 from stages.recipe import ColdStartConfig
 
 CFG = ColdStartConfig(max_samples=3, max_per_problem=1, min_reasoning_chars=10, max_reasoning_chars=200,

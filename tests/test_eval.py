@@ -75,7 +75,7 @@ def test_summary_metrics_by_hand():
 def test_prompt_format_follows_the_stage_of_the_model(small_base, tmp_path):
     import shutil
 
-    from eval.cli import template_for
+    from stages.eval_command import template_for
     from stages.manifest import Manifest
 
     _, base = small_base
@@ -90,7 +90,7 @@ def test_prompt_format_follows_the_stage_of_the_model(small_base, tmp_path):
 
 
 def test_the_task_benchmark_reads_val_for_tuning_and_test_for_reporting():
-    from eval.cli import benchmark_rows
+    from stages.eval_command import benchmark_rows
     from stages.recipe import load_recipe
 
     r = load_recipe("tiny", ["task_world.n_train=50", "task_world.n_val=30", "task_world.n_test=30",

@@ -1,5 +1,5 @@
 """The fault-injection suite: every stage and sub-step is SIGKILLed at chosen instants through the real
-CLI (``R1_FAULT``, see stages/faults.py), then run again. Each case asserts that the killed run never
+CLI (``R1_FAULT``, see data/faults.py), then run again. Each case asserts that the killed run never
 claimed ``complete``, that the rerun completes with the right step count and an intact checkpoint,
 and that no completed work was lost or done twice (no step logged twice, the rejection set and the
 base weights equal an uninterrupted run's).
@@ -20,9 +20,9 @@ import pytest
 
 import stages.stage2_cold_start
 import stages.stage3_reasoning_rl
+from data.faults import ENV
 from data.jsonl import read_jsonl, read_jsonl_tolerant
 from stages.common import load_model_and_tokenizer, weights_digest
-from stages.faults import ENV
 from stages.manifest import Manifest
 from stages.rl import last_complete_checkpoint
 from stages.runner import run_stage
@@ -177,7 +177,7 @@ def chain3(chain, tmp_path_factory):  # noqa: F811
 
     tmp = tmp_path_factory.mktemp("c3")
     r = chain_recipe(chain, tmp, "tiny", MICRO4)
-    assert run_stage(r, "stage2", stages.stage2_cold_start.run, parent_stage="stage1").status == "complete"
+    assert run_stage(r, "stage2", stages.stage2_cold_start.run).status == "complete"
     return tmp
 
 

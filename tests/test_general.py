@@ -21,15 +21,13 @@ from data.general import (
     harmful_prompts,
     harmlessness_pairs,
     helpfulness_pairs,
-    is_harmful_response,
-    is_helpful_response,
-    is_refusal,
     reference_response,
     split_of_act,
     split_of_prompt,
-    summary_of,
     unhelpful_responses,
 )
+from data.templates import summary_of
+from eval.judges import is_harmful_response, is_helpful_response, is_refusal
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Rejection sampling (data/rejection.py): every filter on hand-made samples, and a run interrupted
+"""Rejection sampling (eval/rejection.py): every filter on hand-made samples, and a run interrupted
 mid-way then resumed keeps exactly what an uninterrupted run keeps."""
 
 import random
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from data.jsonl import read_jsonl
-from data.rejection import DROP_REASONS, judge_prompt, rejection_sample, shard_path
+from eval.rejection import DROP_REASONS, judge_prompt, rejection_sample, shard_path
 
 CFG = SimpleNamespace(max_kept_per_prompt=2, max_paragraph_chars=120, max_repeat_share=0.3, language_target="en",
                       samples_per_prompt=3, shard_size=2, temperature=0.6, top_p=0.95, max_new_tokens=32)

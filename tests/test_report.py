@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from eval import verdicts
-from eval.report import build_report
 from eval.stats import Estimate, estimate, paired_difference, verdict
 from stages.manifest import Manifest
 from stages.recipe import load_recipe
+from stages.report import build_report
 
 K = 4
 REPO = Path(__file__).resolve().parents[1]

@@ -25,6 +25,7 @@ import pytest
 
 from eval import sandbox
 from eval.sandbox import STATUSES, run_tests
+from eval.sandbox_child import _decode, _encode
 
 ROOT = os.geteuid() == 0
 REPO = Path(__file__).resolve().parent.parent
@@ -499,13 +500,13 @@ def test_values_cross_as_plain_data():
 def test_decoder_accepts_plain_data_only():
     plain = [1, -2.5, float("inf"), 3j, complex(1, -1), 2 ** 20000, "s\ud800", b"\x00", None, True,
              (1,), [[], {}], {1: {2, 3}}, frozenset({4}), set(), frozenset()]
-    text = sandbox._encode(plain, lambda obj: pytest.fail(f"{obj!r} is plain data"))
-    assert sandbox._decode(text, None) == plain
+    text = _encode(plain, lambda obj: pytest.fail(f"{obj!r} is plain data"))
+    assert _decode(text, None) == plain
     for bad in ("__import__('os')", "(1).real", "f'{1}'", "[*a]", "{**a}", "x", "lambda: 0", "1 + 1",
                 "ref(1)", "[" * 150 + "]" * 150, "'x' * 10", "frozenset('ab')"):
         with pytest.raises((ValueError, SyntaxError, RecursionError, MemoryError)):
-            sandbox._decode(bad, None)
-    assert sandbox._decode("[ref(3)]", lambda n: ("handle", n)) == [("handle", 3)]
+            _decode(bad, None)
+    assert _decode("[ref(3)]", lambda n: ("handle", n)) == [("handle", 3)]
 
 
 @pytest.mark.skipif(not NAMESPACES, reason="without a pid namespace /proc/1 is the host's init")

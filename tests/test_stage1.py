@@ -69,7 +69,7 @@ def tensors(folder) -> dict:
 def test_stage1_tiny_run(base_run, tmp_path):
     root = with_base(base_run, tmp_path, "run")
     r = recipe(root, "run")
-    m = run_stage(r, "stage1", stages.stage1_zero.run, parent_stage="base")
+    m = run_stage(r, "stage1", stages.stage1_zero.run)
     d = r.stage_dir("stage1")
 
     assert m.status == "complete" and m.stage == "stage1"
@@ -103,7 +103,7 @@ def test_stage1_tiny_run(base_run, tmp_path):
     assert (d / "checkpoint" / "tokenizer.json").is_file() or (d / "checkpoint" / "tokenizer_config.json").is_file()
 
     # complete: a second call does nothing
-    again = run_stage(r, "stage1", stages.stage1_zero.run, parent_stage="base")
+    again = run_stage(r, "stage1", stages.stage1_zero.run)
     assert again.data["ended_at"] == m.data["ended_at"]
 
 
@@ -134,8 +134,7 @@ def test_the_accuracy_reward_alone_teaches_the_answer(base_run, tmp_path):
 
     before = p_seven(r.stage_dir("base") / "checkpoint")
     m = run_stage(r, "stage1", lambda ctx: run_rl(ctx, r.stage1, train_rows=rows, eval_rows=rows[:2],
-                                                  build_prompt=prompt, model_ref=str(r.stage_dir("base") / "checkpoint")),
-                  parent_stage="base")
+                                                  build_prompt=prompt, model_ref=str(r.stage_dir("base") / "checkpoint")))
     after = p_seven(m.checkpoint)
     assert before < 0.05 and after > 0.5, (before, after)
     train = m.data["metrics"]["train"]
@@ -148,7 +147,7 @@ def test_same_seed_same_run(base_run, tmp_path):
     runs = []
     for name in ("a", "b"):
         r = recipe(with_base(base_run, tmp_path, name), name)
-        m = run_stage(r, "stage1", stages.stage1_zero.run, parent_stage="base")
+        m = run_stage(r, "stage1", stages.stage1_zero.run)
         rows = read_jsonl_tolerant(r.stage_dir("stage1") / "metrics.jsonl")
         assert m.data["recipe"] == r.to_dict()  # the resolved recipe, every field: enough to rerun the stage
         runs.append(([{k: v for k, v in row.items() if k not in ("seconds_per_step", "time")} for row in rows],
@@ -163,7 +162,7 @@ def test_stage1_with_lora_merges_into_plain_weights(base_run, tmp_path):
     checkpoint is a plain model (adapters merged, no adapter files)."""
     lora = "stage1.lora={r: 4, alpha: 8, dropout: 0.0, target_modules: [q_proj, v_proj]}"
     r = recipe(with_base(base_run, tmp_path, "lora"), "lora", [lora])
-    m = run_stage(r, "stage1", stages.stage1_zero.run, parent_stage="base")
+    m = run_stage(r, "stage1", stages.stage1_zero.run)
     d = r.stage_dir("stage1") / "checkpoint"
     assert m.status == "complete" and not (d / "adapter_config.json").exists()
     before, after = tensors(base_run / "tiny" / "base" / "checkpoint"), tensors(d)
@@ -192,8 +191,7 @@ def test_resume_after_crash_ignores_partial_checkpoint(base_run, tmp_path):
     r = recipe(root, "crash")
     d = r.stage_dir("stage1")
     with pytest.raises(Crash):
-        run_stage(r, "stage1", lambda ctx: stages.stage1_zero.run(ctx, callbacks=[CrashAtStep(3)]),
-                  parent_stage="base")
+        run_stage(r, "stage1", lambda ctx: stages.stage1_zero.run(ctx, callbacks=[CrashAtStep(3)]))
     assert Manifest.load(d).status == "failed"
     assert [row["step"] for row in read_jsonl_tolerant(d / "metrics.jsonl")] == [1, 2, 3]
     # a checkpoint cut short: weights written, trainer_state.json not yet
@@ -201,7 +199,7 @@ def test_resume_after_crash_ignores_partial_checkpoint(base_run, tmp_path):
     shutil.copytree(d / "trainer" / "checkpoint-2", partial)
     (partial / "trainer_state.json").unlink()
 
-    m = run_stage(r, "stage1", stages.stage1_zero.run, parent_stage="base")
+    m = run_stage(r, "stage1", stages.stage1_zero.run)
     assert m.status == "complete"
     assert m.data["resumes"][-1]["from_status"] == "failed" and m.data["resumes"][-1]["from_step"] == 2
     assert [row["step"] for row in read_jsonl_tolerant(d / "metrics.jsonl")] == [1, 2, 3, 4]
@@ -226,10 +224,10 @@ def test_crash_after_training_resumes_without_retraining(base_run, tmp_path, mon
 
     monkeypatch.setattr(stages.rl, "evaluate", dies_after)
     with pytest.raises(Crash):
-        run_stage(r, "stage1", stages.stage1_zero.run, parent_stage="base")
+        run_stage(r, "stage1", stages.stage1_zero.run)
     trained = tensors(d / "checkpoint")
     monkeypatch.setattr(stages.rl, "evaluate", real)
-    m = run_stage(r, "stage1", stages.stage1_zero.run, parent_stage="base")
+    m = run_stage(r, "stage1", stages.stage1_zero.run)
     assert m.status == "complete" and m.data["resumes"][-1]["from_step"] == 2
     assert [row["step"] for row in read_jsonl_tolerant(d / "metrics.jsonl")] == [1, 2]
     assert all(torch.equal(v, tensors(d / "checkpoint")[k]) for k, v in trained.items())
@@ -277,17 +275,17 @@ def test_truncate_jsonl(tmp_path):
 def test_refuses_missing_or_wrong_parent(base_run, tmp_path):
     r = recipe(tmp_path, "orphan")
     with pytest.raises(ManifestError, match="no manifest"):
-        run_stage(r, "stage1", stages.stage1_zero.run, parent_stage="base")
+        run_stage(r, "stage1", stages.stage1_zero.run)
     # a "base" folder holding another stage's manifest
     wrong = Manifest.start(r.stage_dir("base"), "stage2", r)
     wrong.complete(None)
     with pytest.raises(ManifestError, match="expected a 'base' manifest"):
-        run_stage(r, "stage1", stages.stage1_zero.run, parent_stage="base")
+        run_stage(r, "stage1", stages.stage1_zero.run)
     # an incomplete base
     r2 = recipe(tmp_path, "running")
     Manifest.start(r2.stage_dir("base"), "base", r2)
     with pytest.raises(ManifestError, match="not complete"):
-        run_stage(r2, "stage1", stages.stage1_zero.run, parent_stage="base")
+        run_stage(r2, "stage1", stages.stage1_zero.run)
     assert not (r.stage_dir("stage1") / "manifest.json").exists()
 
 
@@ -295,7 +293,7 @@ def test_vllm_on_cpu_is_refused(base_run, tmp_path):
     root = with_base(base_run, tmp_path, "vllm")
     r = recipe(root, "vllm", ["device=cpu", "stage1.use_vllm=true"])
     with pytest.raises(ValueError, match="vLLM needs CUDA"):
-        run_stage(r, "stage1", stages.stage1_zero.run, parent_stage="base")
+        run_stage(r, "stage1", stages.stage1_zero.run)
     assert Manifest.load(r.stage_dir("stage1")).status == "failed"
 
 

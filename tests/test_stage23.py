@@ -16,7 +16,7 @@ from data.jsonl import read_jsonl_tolerant
 from data.templates import is_readable_response
 from eval.stats import per_problem
 from stages.common import load_tokenizer
-from stages.manifest import Manifest, ManifestError
+from stages.manifest import ManifestError
 from stages.runner import run_stage
 from stages.sft import run_sft
 from tests.test_stage1 import recipe
@@ -45,7 +45,7 @@ def chain(tmp_path_factory):
     user.write_text("".join(json.dumps(r) + "\n" for r in USER_ROWS))
     r = recipe(root, extra=MICRO23)
     assert run_stage(r, "base", stages.base.run).status == "complete"
-    assert run_stage(r, "stage1", stages.stage1_zero.run, parent_stage="base").status == "complete"
+    assert run_stage(r, "stage1", stages.stage1_zero.run).status == "complete"
     return root, user
 
 
@@ -59,7 +59,7 @@ def chain_recipe(chain, tmp_path, name, extra=()):
 
 def test_stage2_then_stage3(chain, tmp_path):
     r = chain_recipe(chain, tmp_path, "full")
-    m2 = run_stage(r, "stage2", stages.stage2_cold_start.run, parent_stage="stage1")
+    m2 = run_stage(r, "stage2", stages.stage2_cold_start.run)
     d2 = r.stage_dir("stage2")
     assert m2.status == "complete" and m2.data["parent"]["stage"] == "stage1"
     cs = m2.data["metrics"]["cold_start"]
@@ -80,7 +80,7 @@ def test_stage2_then_stage3(chain, tmp_path):
     im_end = next(t["id"] for t in tok["added_tokens"] if t["content"] == "<|im_end|>")
     assert im_end in config["eos_token_id"]  # a chat model stops at the end of its turn
 
-    m3 = run_stage(r, "stage3", stages.stage3_reasoning_rl.run, parent_stage="stage2")
+    m3 = run_stage(r, "stage3", stages.stage3_reasoning_rl.run)
     d3 = r.stage_dir("stage3")
     assert m3.status == "complete" and m3.data["metrics"]["train"]["steps"] == 2
     metrics = read_jsonl_tolerant(d3 / "metrics.jsonl")
@@ -104,7 +104,7 @@ def test_stage2_then_stage3(chain, tmp_path):
 def test_stage2_with_lora_merges_into_plain_weights(chain, tmp_path):
     r = chain_recipe(chain, tmp_path, "lora", ["stage2.sft.lora={r: 4, alpha: 8, dropout: 0.0, "
                                                "target_modules: [q_proj, v_proj]}"])
-    m = run_stage(r, "stage2", stages.stage2_cold_start.run, parent_stage="stage1")
+    m = run_stage(r, "stage2", stages.stage2_cold_start.run)
     ckpt = Path(m.checkpoint)
     assert m.status == "complete" and m.data["metrics"]["sft_checkpoint"]["lora"] is True
     assert not (ckpt / "adapter_config.json").exists() and (ckpt / "model.safetensors").is_file()
@@ -116,12 +116,15 @@ def test_stage2_with_lora_merges_into_plain_weights(chain, tmp_path):
 
 
 def test_stages_refuse_a_parent_of_the_wrong_stage(chain, tmp_path):
+    """The stage table names each stage's parent; run_stage refuses any other, before the body runs."""
     r = chain_recipe(chain, tmp_path, "wrong")
-    with pytest.raises(ValueError, match="builds on stage 1"):
-        run_stage(r, "stage2", stages.stage2_cold_start.run, parent_stage="base")
-    assert Manifest.load(r.stage_dir("stage2")).status == "failed"
+    with pytest.raises(ManifestError, match="expected a 'stage1' manifest, found stage 'base'"):
+        run_stage(r, "stage2", stages.stage2_cold_start.run, parent_dir=r.stage_dir("base"))
+    assert not (r.stage_dir("stage2") / "manifest.json").exists()  # refused before anything was written
     with pytest.raises(ManifestError, match="stage2"):  # stage 3 without a stage-2 manifest
-        run_stage(r, "stage3", stages.stage3_reasoning_rl.run, parent_stage="stage2")
+        run_stage(r, "stage3", stages.stage3_reasoning_rl.run)
+    with pytest.raises(ValueError, match="unknown stage 'stage9'"):
+        run_stage(r, "stage9", stages.stage3_reasoning_rl.run)
 
 
 def test_a_tokenizer_without_a_chat_template_gets_chatml(chain, tmp_path):
@@ -137,7 +140,6 @@ def test_a_tokenizer_without_a_chat_template_gets_chatml(chain, tmp_path):
     r = chain_recipe(chain, tmp_path, "plain")
     rows = [{"messages": [{"role": "user", "content": "What is 2 + 3?"},
                           {"role": "assistant", "content": "<think> 2+3=5 </think> The final answer is \\boxed{5}."}]}] * 8
-    m = run_stage(r, "stage2", lambda ctx: run_sft(ctx, r.stage2.sft, rows=rows, model_ref=str(plain)),
-                  parent_stage="stage1")
+    m = run_stage(r, "stage2", lambda ctx: run_sft(ctx, r.stage2.sft, rows=rows, model_ref=str(plain)))
     template = load_tokenizer(m.checkpoint).chat_template
     assert m.status == "complete" and "<|im_start|>" in template and "{% generation %}" in template

@@ -24,9 +24,9 @@ import stages.stage3_reasoning_rl
 import stages.stage4_final
 from data import general as G
 from data.jsonl import read_jsonl
-from data.templates import CHAT_INSTRUCTION, chat_user_message
-from eval.report import build_report
+from data.templates import CHAT_INSTRUCTION, chat_user_message, summary_of
 from stages.manifest import Manifest
+from stages.report import build_report
 from stages.reward_model import RewardScorer
 from stages.runner import run_stage
 from tests.test_stage23 import chain, chain_recipe  # noqa: F401 (the module fixture)
@@ -151,12 +151,11 @@ def control_calls(monkeypatch):
 
 def test_stage4_then_distillation(chain, tmp_path, scripted, control_calls):  # noqa: F811
     r = chain_recipe(chain, tmp_path, "s4", MICRO4)
-    assert run_stage(r, "stage2", stages.stage2_cold_start.run, parent_stage="stage1").status == "complete"
-    assert run_stage(r, "stage3", stages.stage3_reasoning_rl.run, parent_stage="stage2").status == "complete"
+    assert run_stage(r, "stage2", stages.stage2_cold_start.run).status == "complete"
+    assert run_stage(r, "stage3", stages.stage3_reasoning_rl.run).status == "complete"
 
     with pytest.raises(KeyboardInterrupt):
-        run_stage(r, "stage4", lambda ctx: stages.stage4_final.run(ctx, callbacks=[Interrupt()]),
-                  parent_stage="stage3")
+        run_stage(r, "stage4", lambda ctx: stages.stage4_final.run(ctx, callbacks=[Interrupt()]))
     d4 = r.stage_dir("stage4")
     m = Manifest.load(d4)
     assert m.status == "failed"
@@ -193,7 +192,7 @@ def test_stage4_then_distillation(chain, tmp_path, scripted, control_calls):  # 
     assert sft_records.exists() and "general_sft" in m.data["metrics"]
     sft_text = sft_records.read_text()
 
-    m = run_stage(r, "stage4", stages.stage4_final.run, parent_stage="stage3")
+    m = run_stage(r, "stage4", stages.stage4_final.run)
     assert m.status == "complete" and m.data["resumes"]
     assert [c["kind"] for c in scripted].count("rejection") == len(rejection_calls)  # not redone
     assert m.data["metrics"]["train"]["steps"] == 2
@@ -204,7 +203,7 @@ def test_stage4_then_distillation(chain, tmp_path, scripted, control_calls):  # 
     check_general_eval(r, m, d4, scripted, sft_text)
 
     # distillation: the student is built, evaluated, fine-tuned for the budget, evaluated again
-    md = run_stage(r, "distill", stages.distill.run, parent_stage="stage4")
+    md = run_stage(r, "distill", stages.distill.run)
     dd = r.stage_dir("distill")
     student = md.data["metrics"]["students"]["s1"]
     assert md.status == "complete" and student["sft"]["rows"] == len(mix) and "pass@1" in student["eval"]
@@ -221,7 +220,7 @@ def test_stage4_then_distillation(chain, tmp_path, scripted, control_calls):  # 
     assert budget["generated_tokens"] == 0 and budget["flops"] == pytest.approx(6 * budget["parameters"] *
                                                                                 budget["train_tokens"], rel=1e-3)
 
-    mc = run_stage(r, "distill_rl", stages.distill.run_control, parent_stage="distill")
+    mc = run_stage(r, "distill_rl", stages.distill.run_control)
     dc = r.stage_dir("distill_rl")
     assert mc.status == "complete" and mc.data["metrics"]["train"]["steps"] == 2
     assert mc.data["inputs"]["model"]["ref"] == str(dd / "s1" / "base")
@@ -248,8 +247,7 @@ def test_stage4_then_distillation(chain, tmp_path, scripted, control_calls):  # 
     # a control whose budget is not the one the student was distilled with is refused
     other = dataclasses.replace(r.distill, budget_steps=3, control=dataclasses.replace(r.distill.control, steps=3))
     with pytest.raises(ValueError, match="had 2 optimizer steps but distill.control.steps is 3"):
-        run_stage(dataclasses.replace(r, distill=other), "distill_rl", stages.distill.run_control,
-                  parent_stage="distill", restart=True)
+        run_stage(dataclasses.replace(r, distill=other), "distill_rl", stages.distill.run_control, restart=True)
 
 
 def check_general_eval(r, m, d4, scripted, sft_text: str) -> None:
@@ -289,7 +287,7 @@ def check_general_eval(r, m, d4, scripted, sft_text: str) -> None:
                 assert x["exactly_helpful"] is good and x["harmful_answer"] is False and x["refused"] is False
             # the RL's reward: helpfulness on the summary after </think>, harmlessness on the whole answer
             assert x["rm_helpfulness"] == pytest.approx(
-                scorers["helpfulness"]([row["prompt"]], [G.summary_of(text)])[0], abs=1e-4)
+                scorers["helpfulness"]([row["prompt"]], [summary_of(text)])[0], abs=1e-4)
             assert x["rm_harmlessness"] == pytest.approx(scorers["harmlessness"]([row["prompt"]], [text])[0], abs=1e-4)
         s = summaries[model] = m.data["metrics"][f"general_{model}"]
         n_harmful = sum(g["harmful"] for g in held_out.values())
@@ -338,7 +336,7 @@ def test_preference_datasets_in_every_trl_form(tmp_path):
     import json
     from types import SimpleNamespace
 
-    from stages.stage4_final import _preference_rows
+    from data.datasets import load_preference_pairs
 
     user = [{"role": "user", "content": "hi"}]
     rows = [
@@ -349,9 +347,9 @@ def test_preference_datasets_in_every_trl_form(tmp_path):
     ]
     path = tmp_path / "pairs.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    pairs = _preference_rows(SimpleNamespace(source="jsonl", name=str(path), limit=None), None)
+    pairs = load_preference_pairs(SimpleNamespace(source="jsonl", name=str(path), limit=None))
     assert len(pairs) == 3
     for p in pairs:
         assert p["chosen"][0] == user[0] and p["rejected"][0] == user[0]
         assert p["chosen"][-1]["role"] == "assistant" and p["chosen"][-1]["content"] != p["rejected"][-1]["content"]
-    assert len(_preference_rows(SimpleNamespace(source="jsonl", name=str(path), limit=2), None)) == 2
+    assert len(load_preference_pairs(SimpleNamespace(source="jsonl", name=str(path), limit=2))) == 2

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from data.benchmarks import load_benchmark
 from eval import verify, verify_pool
 from eval.answers import normalize, parse_number
-from eval.benchmarks import load_benchmark
 from eval.verify import (
     REASON_COUNTS,
     REASONS,

@@ -11,9 +11,9 @@ import logging
 import re
 from pathlib import Path
 
+from data.benchmarks import load_benchmark
 from data.datasets import load_rows
 from data.jsonl import atomic_write_json
-from eval.benchmarks import load_benchmark
 from eval.budget import budget_sampler
 from eval.runner import evaluate_rows
 from stages.common import load_sampler
@@ -25,8 +25,7 @@ log = logging.getLogger("r1")
 
 def latest_model(recipe) -> str:
     """The checkpoint of the furthest complete stage of the recipe's run."""
-    from stages.cli import PIPELINE_ORDER
-    from stages.runner import model_ref
+    from stages.runner import PIPELINE_ORDER, model_ref
 
     for stage in reversed(PIPELINE_ORDER):
         path = recipe.stage_dir(stage) / MANIFEST_NAME

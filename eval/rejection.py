@@ -8,7 +8,7 @@ Each sample goes through the filters below in order; the first that fails names 
 - ``mixed_language``: the chain of thought mixes languages (the language reward's measure);
 - ``long_paragraph``: a line longer than ``max_paragraph_chars`` (the paper's "long paragraphs");
 - ``code_block``:     a fenced code block in a math answer (the paper's "code blocks");
-- ``repetition``:     degenerate repetition (``data.cold_start.repeat_share``);
+- ``repetition``:     degenerate repetition (``eval.cold_start.repeat_share``);
 - ``duplicate``:      the same response (whitespace-insensitive) was kept for this prompt already;
 - ``per_prompt_cap``: ``max_kept_per_prompt`` samples of this prompt were kept already.
 
@@ -30,9 +30,9 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from data.cold_start import longest_paragraph, repeat_share
 from data.jsonl import read_jsonl_tolerant, write_jsonl_atomic
 from data.templates import think_text
+from eval.cold_start import longest_paragraph, repeat_share
 from eval.language import is_mixed
 from eval.verify import grade_batch
 
