@@ -120,24 +120,25 @@ def _contest_from_url(url: str | None) -> tuple[int, str, int] | None:
     return int(m.group(1)), m.group(2).replace("_", " "), int(m.group(3))
 
 
+def _with_contest(out: dict, row: dict, index: int, prefix: str, fallback: str) -> dict:
+    """``out`` with the contest's id, year, name and problem number read from the row's AoPS url
+    (``<prefix>-<year>-<I|II|12A|…>-NN``), or ``<fallback>-NNN`` without one; and the source id."""
+    parsed = _contest_from_url(row.get("url"))
+    if parsed:
+        year, contest, number = parsed
+        out.update(id=f"{prefix}-{year}-{contest.split()[-1]}-{number:02d}", year=year, contest=contest,
+                   problem_number=number, url=row["url"])
+    else:
+        out["id"] = f"{fallback}-{index:03d}"
+    out["source_id"] = row.get("id")
+    return out
+
+
 def _aime24(row: dict, index: int, split: str, lang: str | None) -> dict:
     out = {"problem": row["problem"], "answer": _int_string(row["answer"])}
     if row.get("solution"):
         out["solution"] = row["solution"]
-    parsed = _contest_from_url(row.get("url"))
-    if parsed:
-        year, contest, number = parsed
-        out.update(
-            id=f"aime-{year}-{contest.split()[-1]}-{number:02d}",
-            year=year,
-            contest=contest,
-            problem_number=number,
-            url=row["url"],
-        )
-    else:
-        out["id"] = f"aime24-{index:03d}"
-    out["source_id"] = row.get("id")
-    return out
+    return _with_contest(out, row, index, "aime", "aime24")
 
 
 def _aime25(row: dict, index: int, split: str, lang: str | None) -> dict:
@@ -155,20 +156,7 @@ def _aime25(row: dict, index: int, split: str, lang: str | None) -> dict:
 
 def _amc23(row: dict, index: int, split: str, lang: str | None) -> dict:
     out = {"problem": _first(row, "question", "problem"), "answer": _int_string(row["answer"])}
-    parsed = _contest_from_url(row.get("url"))
-    if parsed:
-        year, contest, number = parsed
-        out.update(
-            id=f"amc-{year}-{contest.split()[-1]}-{number:02d}",
-            year=year,
-            contest=contest,
-            problem_number=number,
-            url=row["url"],
-        )
-    else:
-        out["id"] = f"amc23-{index:03d}"
-    out["source_id"] = row.get("id")
-    return out
+    return _with_contest(out, row, index, "amc", "amc23")
 
 
 def _cmath(row: dict, index: int, split: str, lang: str | None) -> dict:

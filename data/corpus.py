@@ -7,8 +7,8 @@ documents about the task world (see ``CorpusConfig``):
 - ``direct``:          ``Question: What is 34 + 57?\nAnswer:`` → `` 91``;
 - ``chat_direct``:     the question as a chat turn (the chat template's text) → ``The final answer is
                        \\boxed{91}.`` (a base model has seen chat transcripts and boxed answers). Off in
-                       the tiny recipe: an 8% share cut in-template reasoning accuracy from 26% to 6%
-                       in one run, so stage 2's SFT teaches the chat format from scratch;
+                       the tiny recipe: it cut the base's in-template reasoning (docs/experiments.md), so
+                       stage 2's SFT teaches the chat format from scratch;
 - ``worked``:          a short transcript, ``User: What is 34 + 57? Assistant:`` → `` <think> trace
                        </think> <answer> 91 </answer>`` (the R1 format without the template's preamble);
 - ``template_reason``: the full R1-Zero prompt → the same reasoning completion;
@@ -17,9 +17,8 @@ documents about the task world (see ``CorpusConfig``):
 The mix is chosen so that the base model, prompted with the R1-Zero template, *sometimes* reasons and
 sometimes answers directly, and reasoning is far more often right: that gap is what RL in stage 1 can
 discover and exploit. Worked solutions are written as short transcripts because the tiny model did
-not transfer arithmetic learnt after ``Question: … Solution:`` to the template (in-template reasoning
-was ~0-4% accurate while ``Solution:`` traces were mostly right); with the same local context
-(``… Assistant: <think>``), reasoning under the full template was 62% accurate in one run.
+not transfer arithmetic learnt after ``Question: … Solution:`` to the template; with the same local
+context (``… Assistant: <think>``) it did (docs/experiments.md).
 
 Every document is a (prompt, completion) pair; pretraining puts the loss on the completion only
 (the prompt is a random problem: predicting its digits teaches nothing). Documents are drawn from

@@ -81,7 +81,7 @@ CHAT_TEMPLATE = (
 # ``User: … Assistant:``; the assistant's turn ends with the end-of-text token. A base model that has
 # seen transcripts in pretraining is then fine-tuned (stage 2) in a format it already reads: with
 # ChatML, which the tiny base had never seen, the cold-start SFT had to relearn finding the operands
-# and lost most of the base's arithmetic (held-out pass@1 0.014 after SFT in one run). The assistant's
+# and lost most of the base's arithmetic (docs/experiments.md). The assistant's
 # text follows ``Assistant:`` directly: the prompt then ends with a character that no BPE merge joins
 # to the response's first token (``<think>``, a tag), so the prompt's tokens are a prefix of the whole
 # conversation's, in training and in generation alike.

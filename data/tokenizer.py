@@ -29,8 +29,8 @@ EOS, BOS_CHAT, EOS_CHAT = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = [EOS, BOS_CHAT, EOS_CHAT]
 # The readable summary's fixed words (data.templates.r1_response): whole tokens, as a tokenizer trained on
 # ordinary text would have merges for them. The tiny corpus never contains them, so BPE learns none, and
-# spelled byte by byte the summary was garbled after the cold-start SFT (readable 25-60% in two runs,
-# while the chains of thought before it were as accurate as stage 1's).
+# spelled byte by byte the summary was garbled after the cold-start SFT while the chains of thought
+# before it were as accurate as stage 1's (docs/experiments.md).
 SUMMARY_TOKENS = ("The final answer is", "\\boxed{")
 
 

@@ -24,10 +24,9 @@ Words and their language:
 Example: ``"7+9=16, write 6 carry 1；4+8+1=13，写3进1；答案936"`` has the words write, carry (en)
 and 写, 进, 答, 案 (zh): English fraction 2/6.
 
-Speed (~300-character texts, one slow core of the 2-core dev machine): texts decided by script
-take one regex pass built for just the scripts present, 14k-33k texts/s (English ~33k, Chinese
-~14k, mixed ~17k); Japanese (kana + ideographs, per-sentence pass) ~3.5k/s; with lingua
-(e.g. target ``fr``) ~1.4k/s, i.e. ~0.2 ms per segment after the one-time model load.
+Speed: texts decided by script take one regex pass built for just the scripts present; Japanese
+(kana + ideographs) one pass per sentence; lingua, when a shared script needs it, once per segment
+after a one-time model load (measured throughputs: docs/experiments.md).
 """
 
 from __future__ import annotations

@@ -113,23 +113,17 @@ once more; nothing is orphaned to the host's pid 1.  Isolation layers, listed in
 
 Memory
     RLIMIT_AS (``memory_mb``) bounds each process's address space, not what a call holds outside
-    address spaces: memfd and tmpfs pages, SysV shared memory, pipe buffers - or many processes.
-    Without a cgroup the old docstring's "``max_processes * memory_mb`` + ``disk_mb``" was false:
-    probes held 2.5 GiB (and 3.3 GiB here, at ``memory_mb=256``) in memfds.  With ``memcg`` the
-    whole call - W, every C and O and their children, tmpfs and memfd pages, SysV shm, page cache,
-    kernel memory - is charged to one cgroup limited to ``memory_mb + disk_mb + 64`` MiB; past it
-    the kernel OOM-kills inside the call (C first: oom_score_adj 1000) and the status is
-    ``memory``.  Measured (cgroup v1, defaults: 512 + 64 + 64 = 640 MiB; peak
-    ``memory.max_usage_in_bytes``): memfds written by 8 processes, 8 processes each filling their
-    RLIMIT_AS, the tmpfs then memfds, SysV segments touched by 4 processes - each stopped at 640
-    MiB; pipe buffers of 8 processes reached 75 MiB.  An honest call is charged ~5 MiB.  Nothing
-    we tried got past the limit; memory the kernel does not account to a cgroup is not bounded.
-    Without a cgroup (not root, or no writable memory controller) memfd and SysV shm are refused
-    (``seccomp``), the chroot has no /dev/shm, and the bound is per process only:
-    ``max_processes * memory_mb`` of address space plus the ``disk_mb`` tmpfs plus pipe and socket
-    buffers (64 descriptors per process) - 8 processes held 3.5 GiB at the default 512 MiB.
-    Without a chroot in that mode the host's /dev/shm and /tmp are writable (only the audit hook
-    stops it) and unbounded.
+    address spaces: memfd and tmpfs pages, SysV shared memory, pipe buffers - or many processes
+    (memfds alone held several GiB past a 512 MiB RLIMIT_AS before this). With ``memcg`` the whole
+    call - W, every C and O and their children, tmpfs and memfd pages, SysV shm, page cache, kernel
+    memory - is charged to one cgroup limited to ``memory_mb + disk_mb + 64`` MiB; past it the
+    kernel OOM-kills inside the call (C first: oom_score_adj 1000) and the status is ``memory``.
+    Memory the kernel does not account to a cgroup is not bounded. Without a cgroup (not root, or
+    no writable memory controller) memfd and SysV shm are refused (``seccomp``), the chroot has no
+    /dev/shm, and the bound is per process only: ``max_processes * memory_mb`` of address space plus
+    the ``disk_mb`` tmpfs plus pipe and socket buffers (64 descriptors per process). Without a
+    chroot in that mode the host's /dev/shm and /tmp are writable (only the audit hook stops it)
+    and unbounded. What each attack held, measured: docs/reliability.md ("Code tests").
 
 The verdict protocol: the job (code, limits, a random token) goes to L on stdin (marshal; only the
 trusted caller writes it); the tests are in a memfd (or an unlinked root-only file) that only O
@@ -169,18 +163,15 @@ Interpreter flags: ``-s -P -B -S`` with an environment built from scratch (this 
 ``-E``, which would also ignore ``PYTHONHASHSEED=0``); ``site_packages=True`` drops ``-S`` and
 exposes the interpreter's site-packages inside the sandbox.
 
-Cost (``scripts/bench_sandbox.py``, 2 busy cores): ~25 ms for a call with 1 test plus ~3.5 ms per
-further test (two forks, C's top level, O's test), ~50-58 calls/s from 4 threads at 3 tests; the
-single-interpreter version took ~24 ms whatever the number of tests, ~60-70 calls/s.  Without
-namespaces ~60 ms (before: ~110 ms).
+Cost: an interpreter start per call, then two forks, C's top level and O's test per test
+(``python scripts/bench_sandbox.py`` prints the per-call overhead).
 
 Two files: this one is the host side (the caller's API, uids, the memory cgroup, starting,
 reading and stopping a call); ``eval/sandbox_child.py`` is the child program, L, W, C and O.  The
-child is compiled once per caller process (compiling it would cost ~7 ms a call, as much as
+child is compiled once per caller process (compiling it at every call would cost as much as
 starting the interpreter) and goes to the interpreter on stdin; neither file imports the other.
 The child uses the standard library only and imports only ``os``, ``sys``, ``marshal``,
-``ctypes``, ``_ast``, ``fcntl``, ``gc`` and ``resource``, so that a call starts in ~10 ms rather
-than ~100 ms.
+``ctypes``, ``_ast``, ``fcntl``, ``gc`` and ``resource``, so that a call starts fast.
 """
 
 from __future__ import annotations

@@ -74,8 +74,8 @@ def _packed_batch(docs_ids: list[tuple[list[int], list[int]]], pad_id: int, leng
     row then has the longest document's width. Each document's ``position_ids`` restart at 0, and no
     attention mask is passed: transformers then reads the packing from the position ids and builds a
     block-diagonal causal mask (``masking_utils.find_packed_sequence_indices``), so every document sees
-    only itself, with the same positions as in a padded row: the same logits as ``_batch``, on
-    about 95% real tokens instead of 55%. The padding at a row's end is one more "document" with
+    only itself, with the same positions as in a padded row: the same logits as ``_batch``, on far
+    fewer padding tokens. The padding at a row's end is one more "document" with
     labels -100. Returns the model's keyword arguments, each (rows, width).
     """
     sizes = [len(p) + len(c) for p, c in docs_ids]
@@ -169,7 +169,7 @@ def pretrain_tiny(recipe, log=print):
     # Loss = sum over completion tokens / a constant (the corpus's mean completion tokens per batch), not
     # the per-batch token mean: with batches of one document type, a per-batch mean gives a short answer's
     # tokens several times the weight of a long trace's, which biased the model's first choice (answer
-    # directly or think) far from the corpus's shares (think rate 6% instead of 45% in one run).
+    # directly or think) far from the corpus's shares (docs/experiments.md).
     tokens_per_batch = pt.batch_size * sum(len(c) for _, c in rows) / len(rows)
     losses = []
     model.train()

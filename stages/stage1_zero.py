@@ -13,10 +13,9 @@ Correct, well-formed completions are kept in ``cold_start_candidates.jsonl`` for
 
 Where this deviates from the paper:
 
-- GRPO is TRL's implementation, configured by ``stage1.*``: on the tiny recipe the DAPO loss
-  (token-level mean, no length normalisation per sequence), beta 0 (no KL, no reference model) and a
-  much higher learning rate than the paper's 3e-6, all chosen for a 1M-parameter model on 2 CPU
-  cores. The paper's own settings (lr 3e-6, KL 0.001, clip 10, 16 samples × 32 questions, reference
+- GRPO is TRL's implementation, configured by ``stage1.*``: on the tiny recipe the paper's GRPO loss,
+  beta 0 (no KL, no reference model) and a much higher learning rate than the paper's 3e-6, chosen
+  for a 1M-parameter model on 2 CPU cores. The paper's own settings (lr 3e-6, KL 0.001, clip 10, 16 samples × 32 questions, reference
   replaced every 400 steps) are the RLConfig defaults in ``stages/recipe.py``.
 - No dynamic sampling (see ``stages/rl.py``); groups with equal rewards only contribute zero advantage.
 - Training data is the synthetic arithmetic world (or whatever the recipe's task world is), not the

@@ -21,9 +21,8 @@ Where this deviates from the paper: the paper gathers "thousands" of cold-start 
 prompting with long CoT, by prompting R1-Zero for detailed answers with reflection and verification,
 and by human post-processing; here they are stage 1's own correct outputs filtered by rule (about a
 thousand on the tiny default, most of them sampled afresh), plus whatever the user provides. On the
-tiny default the fresh samples matter: stage 1's training rollouts cover only the ~320 problems it
-solved while training, and the SFT on them reached pass@1 0.316; with 2000 prompts sampled (1109
-samples over 1052 problems) it reached 0.453.
+tiny default the fresh samples matter: stage 1's training rollouts cover only the problems it solved
+while training (docs/experiments.md).
 """
 
 from __future__ import annotations

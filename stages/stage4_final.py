@@ -74,8 +74,8 @@ GENERAL_EVAL_DIR = "general_eval"  # <stage>/general_eval/<sft|final>/records.js
 RM_PART = {"helpfulness": "summary", "harmlessness": "whole"}  # what each reward model reads
 # Which rows each reward model judges: ``general`` prompts, and ``safety`` ones (requests known to be
 # harmful, the tiny world's). A helpfulness model, trained to prefer answers over needless refusals,
-# pushed the policy to comply with harmful requests when it judged them too (harmful answers 3% → 100%
-# in one run); harmful requests are judged by the harmlessness model alone.
+# pushed the policy to comply with harmful requests when it judged them too (docs/experiments.md);
+# harmful requests are judged by the harmlessness model alone.
 RM_TASKS = {"helpfulness": ("general",), "harmlessness": ("general", "safety")}
 
 
