@@ -1,7 +1,7 @@
 """Stage 1 once per GRPO loss type (grpo, dr_grpo, dapo) from the same base; one comparison figure.
 
     .venv/bin/python scripts/compare_loss_types.py                  # tiny recipe, its stage-1 settings
-    .venv/bin/python scripts/compare_loss_types.py --steps 40 --set stage1.learning_rate=5e-5
+    .venv/bin/python scripts/compare_loss_types.py --steps 40 --set stage1.trl.learning_rate=5e-5
 
 Each run is an ordinary stage 1 under ``runs/<recipe>-<loss>/`` whose base is the recipe's own base
 (``make base`` first; it is copied, not rebuilt), so runs resume and show in ``r1 status`` like any
@@ -43,7 +43,7 @@ def main() -> int:
 
     results, curves = {}, {}
     for loss in LOSS_TYPES:
-        r = load_recipe(args.recipe, [*overrides, f"name={recipe.name}-{loss}", f"stage1.loss_type={loss}"])
+        r = load_recipe(args.recipe, [*overrides, f"name={recipe.name}-{loss}", f"stage1.trl.loss_type={loss}"])
         if not r.stage_dir("base").exists():
             shutil.copytree(base_dir, r.stage_dir("base"))
         m = run_stage(r, "stage1", stage1)

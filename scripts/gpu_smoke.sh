@@ -15,8 +15,8 @@ SETS=(--set "run_root=$ROOT" --set device=cuda
       --set base.architecture.intermediate_size=2048 --set base.pretrain.steps=10
       --set data.test.limit=64 --set eval.k=2
       --set stage1.steps=6 --set stage1.prompts_per_step=32 --set stage1.num_generations=8
-      --set stage1.precision=bf16 --set stage1.gradient_checkpointing=false --set stage1.save_steps=100
-      --set "stage1.use_vllm=$VLLM" --set stage1.vllm_gpu_memory_utilization=0.2)
+      --set stage1.precision=bf16 --set stage1.gradient_checkpointing=false --set stage1.trl.save_steps=100
+      --set "stage1.trl.use_vllm=$VLLM" --set stage1.trl.vllm_gpu_memory_utilization=0.2)
 echo "gpu_smoke: $($PY -c 'import torch; print(torch.cuda.get_device_name(0))'), vLLM colocated: $VLLM, runs in $ROOT"
 .venv/bin/r1 base --recipe tiny "${SETS[@]}"
 .venv/bin/r1 stage1 --recipe tiny "${SETS[@]}"

@@ -25,7 +25,7 @@ from stages.runner import STAGES
 def _stage_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recipe", default="tiny", help="recipe name under recipes/ or a YAML path (default: tiny)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a recipe field, e.g. --set stage1.learning_rate=5e-5 (repeatable)")
+                   help="override a recipe field, e.g. --set stage1.trl.learning_rate=5e-5 (repeatable)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--resume", action="store_true",
                    help="resume an incomplete run (the default when one exists)")

@@ -92,32 +92,6 @@ def weights_digest(model) -> str:
     return h.hexdigest()[:16]
 
 
-def lora_config(spec, task_type: str = "CAUSAL_LM", modules_to_save: list[str] | None = None):
-    """peft's LoraConfig for a recipe's ``lora`` section (None: train every weight)."""
-    if spec is None:
-        return None
-    from peft import LoraConfig
-
-    return LoraConfig(r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout, target_modules=spec.target_modules,
-                      task_type=task_type, modules_to_save=modules_to_save)
-
-
-def merged(model):
-    """A peft model with its adapters merged into the weights (any other model as it is): every
-    checkpoint the stages save is a plain model that the next stage loads like any other."""
-    return model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
-
-
-def checkpointing(enabled: bool) -> dict:
-    """The TrainingArguments keyword for activation (gradient) checkpointing: transformers 5.2x calls it
-    ``activation_checkpointing`` (the old name a deprecated alias), the GPU set's 5.17 only
-    ``gradient_checkpointing``."""
-    from transformers import TrainingArguments
-
-    new = "activation_checkpointing" in TrainingArguments.__dataclass_fields__
-    return {"activation_checkpointing" if new else "gradient_checkpointing": enabled}
-
-
 def peak_rss_mb() -> float:
     """Peak resident memory of this process (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

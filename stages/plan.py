@@ -1,15 +1,15 @@
 """The dry run: ``r1 <stage> --recipe R --dry-run`` prints what a stage would do, loading no weights.
 
 For each trainer of the stage: steps, the effective batch (completions per step for GRPO, sequences
-for SFT), the micro-batch per process, generations per step, an upper bound on tokens per step, and
-the memory per accelerator of weights + gradients + optimizer state (+ the KL reference model) under
-the recipe's sharding (``launch``). The batch arithmetic TRL imposes is checked, and a recipe that
+for SFT, preference pairs for a reward model), the micro-batch per process, generations per step, an
+upper bound on tokens per step, and the memory per accelerator of weights + gradients + optimizer state
+(+ the KL reference model) under the recipe's sharding (``launch``). The batch arithmetic TRL imposes is checked, and a recipe that
 violates it fails with the numbers to change (:class:`PlanError`).
 
 The memory model is the usual mixed-precision AdamW accounting: bf16 weights (2 bytes per parameter)
 and gradients (2), fp32 master weights and two moments (12); ZeRO-2 shards gradients and optimizer
 state over the processes, ZeRO-3 and FSDP shard all three. Activations and vLLM's KV cache are not
-estimated (vLLM colocated reserves ``vllm_gpu_memory_utilization`` of each accelerator, printed).
+estimated (vLLM colocated reserves ``trl.vllm_gpu_memory_utilization`` of each accelerator, printed).
 """
 
 from __future__ import annotations
@@ -98,12 +98,13 @@ def rl_lines(name: str, cfg, launch) -> list[str]:
     procs = launch.processes
     micro = rl_micro_batch(name, cfg, procs)
     completions = cfg.prompts_per_step * cfg.num_generations
+    generation = f"vLLM {cfg.setting('vllm_mode')}" if cfg.setting("use_vllm") else "transformers"
     return [
         f"{name}: GRPO, {cfg.steps} steps × {cfg.prompts_per_step} prompts × {cfg.num_generations} samples "
-        f"= {completions} completions per step ({cfg.steps * completions:,} in all), loss {cfg.loss_type}, "
-        f"beta {cfg.beta}, num_iterations {cfg.num_iterations}",
+        f"= {completions} completions per step ({cfg.steps * completions:,} in all), loss {cfg.setting('loss_type')}, "
+        f"beta {cfg.setting('beta')}, num_iterations {cfg.setting('num_iterations')}",
         f"  micro-batch {micro} completions per process × {cfg.gradient_accumulation_steps} accumulation × "
-        f"{procs} processes; generation {'vLLM ' + cfg.vllm_mode if cfg.use_vllm else 'transformers'}",
+        f"{procs} processes; generation {generation}",
         f"  ≤ {completions * cfg.max_completion_length:,} completion tokens per step "
         f"(max_completion_length {cfg.max_completion_length})",
     ]
@@ -118,14 +119,25 @@ def sft_lines(name: str, cfg, launch) -> list[str]:
             + (f", LoRA r={cfg.lora.r}" if cfg.lora else "")]
 
 
+def rm_lines(name: str, cfg, launch) -> list[str]:
+    if cfg.pretrained:
+        return [f"{name}: reward model loaded from {cfg.pretrained} (not trained)"]
+    effective = cfg.batch_size * cfg.gradient_accumulation_steps * launch.processes
+    return [f"{name}: reward model, {cfg.epochs:g} epochs, {effective} preference pairs per step "
+            f"({cfg.batch_size} per process × {cfg.gradient_accumulation_steps} accumulation × {launch.processes} "
+            f"processes), max_length {cfg.max_length}" + (f", LoRA r={cfg.lora.r}" if cfg.lora else "")]
+
+
 def trainers(recipe, stage: str) -> list[tuple[str, str, object]]:
     """(kind, name, section) of every trainer a stage runs."""
+    s4 = recipe.stage4
     return {
         "base": [],
         "stage1": [("rl", "stage1", recipe.stage1)],
         "stage2": [("sft", "stage2.sft", recipe.stage2.sft)],
         "stage3": [("rl", "stage3", recipe.stage3)],
-        "stage4": [("sft", "stage4.sft", recipe.stage4.sft), ("rl", "stage4.rl", recipe.stage4.rl)],
+        "stage4": [("sft", "stage4.sft", s4.sft), ("rm", "stage4.helpfulness", s4.helpfulness),
+                   ("rm", "stage4.harmlessness", s4.harmlessness), ("rl", "stage4.rl", s4.rl)],
         "distill": [("sft", "distill.sft", recipe.distill.sft)],
         "distill_rl": [("rl", "distill.control", recipe.distill.control)],
     }[stage]
@@ -141,16 +153,17 @@ def plan(recipe, stage: str) -> list[str]:
              f"model: {recipe.base.pretrained or 'the tiny Qwen2 (built by the base stage)'}, "
              + (f"{n_params / 1e9:.3g}B parameters" if n_params else "size unknown (set base.parameters_b)")]
     for kind, name, cfg in trainers(recipe, stage):
-        lines += rl_lines(name, cfg, launch) if kind == "rl" else sft_lines(name, cfg, launch)
-        if n_params:
+        lines += {"rl": rl_lines, "sft": sft_lines, "rm": rm_lines}[kind](name, cfg, launch)
+        if n_params and not (kind == "rm" and cfg.pretrained):
             mem = memory_per_device(n_params, launch.accelerate_config, launch.processes,
-                                    reference=kind == "rl" and cfg.beta > 0)
+                                    reference=kind == "rl" and cfg.setting("beta") > 0)
             fits = "fits" if mem.total <= launch.gpu_memory_gb * GB else "DOES NOT FIT: shard more (zero3/fsdp) or add GPUs"
             lines.append(f"  memory per process: weights {mem.weights / GB:.1f} GB + grads {mem.grads / GB:.1f} + "
                          f"optimizer {mem.optimizer / GB:.1f} + reference {mem.reference / GB:.1f} = "
                          f"{mem.total / GB:.1f} GB of {launch.gpu_memory_gb:g} GB ({fits}; activations not counted)")
-            if kind == "rl" and cfg.use_vllm and cfg.vllm_mode == "colocate":
-                lines.append(f"  + vLLM colocated: {cfg.vllm_gpu_memory_utilization:.0%} of each accelerator reserved")
+            if kind == "rl" and cfg.setting("use_vllm") and cfg.setting("vllm_mode") == "colocate":
+                lines.append(f"  + vLLM colocated: {cfg.setting('vllm_gpu_memory_utilization'):.0%} of each "
+                             "accelerator reserved")
     sampling = {"stage2": ("stage2.cold_start.sample", recipe.stage2.cold_start.sample),
                 "stage4": ("stage4.rejection", recipe.stage4.rejection)}.get(stage)
     if sampling and sampling[1] is not None:

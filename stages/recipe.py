@@ -5,7 +5,13 @@ field and its default is declared in the dataclasses below; nothing is defaulted
 The YAML may omit fields that have defaults; it may not name a field that does not exist, or give a
 value of the wrong type: both raise :class:`RecipeError` naming the file and the dotted key.
 
-Command-line overrides use the same path syntax: ``--set stage1.learning_rate=5e-5``; the value is
+The trainer sections (:class:`RLConfig`, :class:`SFTSpec`, :class:`RewardModelSpec`) type the project's
+own fields and pass a ``trl:`` mapping through to TRL's config (GRPOConfig, SFTConfig, RewardConfig): any
+field of that class, checked by name and type against TRL when the recipe loads. Where the project's
+default for such a field differs from TRL's, it is in :data:`PROJECT_DEFAULTS`, with its reason; the
+fields the project sets itself are in :data:`SET_BY_PROJECT`.
+
+Command-line overrides use the same path syntax: ``--set stage1.trl.learning_rate=5e-5``; the value is
 parsed as YAML (so ``true``, ``3``, ``[a, b]`` work) and type-checked like the file.
 
 The resolved recipe (after overrides) is stored in every manifest, with its hash.
@@ -14,24 +20,22 @@ The resolved recipe (after overrides) is stored in every manifest, with its hash
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
 import hashlib
 import json
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 
+from stages.rewards import REWARD_NAMES
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RECIPES_DIR = REPO_ROOT / "recipes"
-
-
-# Reward names an RL section may weight (``stages/rewards.py`` implements them).
-REWARD_NAMES = ("format", "summary_format", "accuracy", "language", "overlong", "helpfulness", "harmlessness")
-# Rewards computed by a reward model (stage 4 loads or trains it); the others are rules.
-MODEL_REWARDS = ("helpfulness", "harmlessness")
 
 
 class RecipeError(ValueError):
@@ -136,7 +140,7 @@ class PretrainConfig:
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.01
     bf16_autocast: bool = True
-    # eager attention + bf16 autocast was 1.6x faster than sdpa fp32 here (scripts/bench_pretrain_step.py);
+    # eager attention + bf16 autocast was faster than sdpa fp32 on CPU (scripts/bench_pretrain_step.py);
     # the saved checkpoint keeps the default (sdpa) for every later stage
     attn_implementation: Literal["sdpa", "eager"] = "eager"
     batching: Literal["packed", "by_type", "by_length", "random"] = "packed"  # see stages/pretrain.py make_batches
@@ -186,74 +190,184 @@ class LoraSpec:
                                                                "gate_proj", "up_proj", "down_proj"])
 
 
-@dataclass
-class RLConfig:
-    """One RL stage on TRL's GRPOTrainer (``stages/rl.py``); stage 1 now, stages 3 and 4 later.
+# ---------------------------------------------------------------------------------------------
+# Trainer sections and TRL's settings
+# ---------------------------------------------------------------------------------------------
 
-    Defaults are DeepSeek-R1-Zero's (paper, section 2 and the supplement): lr 3e-6, KL coefficient
-    0.001, clip ratio 10, temperature 1, 16 samples per question, 32 questions per step, 32,768
-    completion tokens; the tiny recipe overrides most of them.
+# The defaults the project changes from TRL's, per TRL config: field → (value, why). A recipe's ``trl:``
+# overrides them; the fields the project sets itself (below) it may not name.
+PROJECT_DEFAULTS: dict[str, dict[str, tuple[Any, str]]] = {
+    "GRPOConfig": {
+        "learning_rate": (3e-6, "DeepSeek-R1-Zero's learning rate (TRL: 1e-6)"),
+        "lr_scheduler_type": ("constant_with_warmup", "RL at a constant rate after warmup (TRL: linear decay to 0)"),
+        "loss_type": ("grpo", "the paper's GRPO objective (TRL: dapo)"),
+        "beta": (0.001, "the paper's KL coefficient (TRL: 0.0, no reference model)"),
+        "epsilon": (10.0, "the paper's clip ratio (TRL: 0.2)"),
+        "logging_steps": (1, "one metrics.jsonl row per optimizer step (TRL: every 10)"),
+        "save_steps": (50, "a resumable checkpoint every 50 steps (TRL: 500)"),
+        "save_total_limit": (2, "the last two checkpoints are all resume needs (TRL: keeps all)"),
+    },
+    "SFTConfig": {
+        "learning_rate": (1e-5, "a conservative full fine-tuning rate (TRL: 2e-5)"),
+        "lr_scheduler_type": ("cosine", "cosine decay (TRL: linear)"),
+        "warmup_steps": (0.03, "warm up over 3% of the steps (a value below 1 is a fraction; TRL: 0)"),
+        "save_steps": (200, "a resumable checkpoint every 200 steps (TRL: 500)"),
+        "save_total_limit": (2, "the last two checkpoints are all resume needs (TRL: keeps all)"),
+        "assistant_only_loss": (True, "loss on the assistant's tokens only, not the prompt's (TRL: every token)"),
+    },
+    "RewardConfig": {
+        "learning_rate": (1e-5, "a fine-tuning rate: the model starts from the SFT model (TRL: 1e-4)"),
+        "lr_scheduler_type": ("cosine", "cosine decay (TRL: linear)"),
+        "warmup_steps": (0.1, "warm up over 10% of the steps (a value below 1 is a fraction; TRL: 0)"),
+        "center_rewards_coefficient": (0.01, "TRL's recommended value: keeps scores centred on 0 (TRL: off)"),
+    },
+}
+
+# TRL config fields the project sets itself, and from what: a recipe's ``trl:`` naming one is an error
+# that says what to set instead (stages/trainer.py trl_args, and each trainer, set them).
+SET_BY_PROJECT: dict[str, str] = {
+    "output_dir": "the stage folder",
+    "max_steps": "steps (SFT and reward models: epochs)",
+    "num_train_epochs": "steps (SFT and reward models: epochs)",
+    "per_device_train_batch_size": "prompts_per_step × num_generations (GRPO), batch_size (SFT, reward models)",
+    "gradient_accumulation_steps": "gradient_accumulation_steps",
+    "generation_batch_size": "prompts_per_step × num_generations",
+    "steps_per_generation": "gradient_accumulation_steps (one generation per optimizer step)",
+    "num_generations": "num_generations",
+    "max_completion_length": "max_completion_length",
+    "max_length": "max_length",
+    "seed": "seed (null: the recipe's)",
+    "data_seed": "seed (null: the recipe's)",
+    "bf16": "precision (auto: bf16 on CUDA, fp32 on CPU, where TRL's bf16 default was slower)",
+    "fp16": "precision",
+    "use_cpu": "the recipe's device",
+    "gradient_checkpointing": "gradient_checkpointing (CUDA only: TRL's default, on, only slows a CPU run)",
+    "activation_checkpointing": "gradient_checkpointing (CUDA only: TRL's default, on, only slows a CPU run)",
+    "reward_weights": "rewards",
+    "sync_ref_model": "ref_model_sync_steps (with beta > 0 the policy replaces the reference every N steps)",
+    "ref_model_sync_steps": "ref_model_sync_steps (with beta > 0 the policy replaces the reference every N steps)",
+    "ref_model_mixup_alpha": "ref_model_sync_steps (the reference is replaced, alpha 1)",
+    "save_strategy": "the trainer (checkpoints every save_steps, to resume from; reward models: none)",
+    "save_only_model": "the trainer (checkpoints keep optimizer, scheduler and RNG states, to resume from)",
+    "resume_from_checkpoint": "the stage's resume (--resume, --restart)",
+}
+
+
+@functools.cache
+def trl_fields(config: str) -> dict[str, Any]:
+    """The init fields of TRL's ``config`` class (``GRPOConfig``…) and their types. TRL is imported on
+    first use only: it is slow to import."""
+    import trl
+
+    cls = getattr(trl, config)
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # an annotation this Python cannot resolve: check names only
+        hints = {}
+    return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls) if f.init}
+
+
+def trl_default(config: str, name: str) -> Any:
+    """TRL's own default for field ``name`` of ``config``."""
+    import trl
+
+    f = {f.name: f for f in dataclasses.fields(getattr(trl, config))}[name]
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def trl_problem(config: str, key: str) -> str | None:
+    """Why a ``trl:`` mapping of a ``config`` section may not hold ``key`` (None: it may)."""
+    fields = trl_fields(config)
+    if key not in fields:
+        close = difflib.get_close_matches(key, list(fields), n=1)
+        return f"unknown {config} field" + (f" (did you mean {close[0]}?)" if close else "")
+    if key in SET_BY_PROJECT:
+        return f"set by the project from {SET_BY_PROJECT[key]}; set that instead"
+    return None
+
+
+@dataclass
+class TrainerSection:
+    """What every trainer section has. ``precision``: auto = bf16 on CUDA, fp32 on CPU.
+    ``gradient_checkpointing`` applies on CUDA only. ``seed``: null = the recipe's. ``lora``: train
+    LoRA adapters (peft) instead of every weight, merged on save. ``trl``: settings of the section's TRL
+    config (``TRL_CONFIG``), passed through as they are (see :data:`PROJECT_DEFAULTS`)."""
+
+    TRL_CONFIG: ClassVar[str] = ""
+
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    gradient_checkpointing: bool = True
+    seed: int | None = None
+    lora: LoraSpec | None = None
+    trl: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        problems = [f"trl.{k}: {p}" for k in self.trl if (p := trl_problem(self.TRL_CONFIG, k))]
+        if problems:
+            raise RecipeError("; ".join(problems))
+
+    def trl_settings(self) -> dict[str, Any]:
+        """The settings TRL's config gets from the recipe: the project's defaults, then ``trl:``."""
+        return {**{k: v for k, (v, _) in PROJECT_DEFAULTS[self.TRL_CONFIG].items()}, **self.trl}
+
+    def setting(self, name: str) -> Any:
+        """The value of TRL field ``name`` for this section (one the project does not set itself):
+        the recipe's ``trl:``, else the project's default, else TRL's."""
+        settings = self.trl_settings()
+        return settings[name] if name in settings else trl_default(self.TRL_CONFIG, name)
+
+
+@dataclass
+class RLConfig(TrainerSection):
+    """One GRPO run on TRL's GRPOTrainer (``stages/rl.py``): stages 1 and 3, stage 4's final RL and the
+    RL control of distillation.
+
+    The project's own fields are typed here; TRL's GRPOConfig settings go under ``trl:`` (learning rate,
+    schedule and warmup, ``loss_type``, ``beta``, ``epsilon``, ``epsilon_high``, ``scale_rewards``,
+    ``num_iterations``, ``temperature``, ``top_p``, ``mask_truncated_completions``, logging and saving,
+    vLLM generation…). Defaults are DeepSeek-R1-Zero's (paper, section 2 and the supplement): lr 3e-6,
+    KL coefficient 0.001, clip ratio 10, temperature 1, 16 samples per question, 32 questions per step,
+    32,768 completion tokens, the reference model replaced by the policy every 400 steps; the tiny
+    recipe overrides most of them.
 
     One optimizer step trains on ``prompts_per_step × num_generations`` completions, generated at
-    once (split into ``gradient_accumulation_steps`` micro-batches); ``num_iterations`` > 1 reuses a
-    generation for that many steps (GRPO's μ).
+    once (split into ``gradient_accumulation_steps`` micro-batches); ``trl.num_iterations`` > 1 reuses
+    a generation for that many steps (GRPO's μ).
 
     ``rewards``: reward name → weight, summed into the scalar reward. Names (``stages/rewards.py``):
-    ``format``, ``accuracy``, ``language`` (target ``language_target``, or each row's ``lang``),
-    ``overlong`` (DAPO's soft overlong penalty: 0 up to ``overlong_max_length - overlong_buffer``
-    tokens, then falling linearly to -1 at ``overlong_max_length``; null: max_completion_length).
+    ``format``, ``summary_format``, ``accuracy``, ``language`` (target ``language_target``, or each
+    row's ``lang``), ``overlong`` (DAPO's soft overlong penalty: 0 up to ``overlong_max_length -
+    overlong_buffer`` tokens, then falling linearly to -1 at ``overlong_max_length``; null:
+    max_completion_length), and stage 4's reward models ``helpfulness`` and ``harmlessness``.
 
-    ``precision``: auto = bf16 on CUDA, fp32 on CPU (bf16 was slower for GRPO on CPU).
-    ``gradient_checkpointing`` applies on CUDA only. ``use_vllm``/``vllm_*`` are passed to TRL on GPU
-    machines; asking for vLLM without CUDA is an error.
+    ``ref_model_sync_steps``: with ``trl.beta`` > 0, the KL reference model is replaced by the policy
+    every N steps (null: never). vLLM generation (``trl: {use_vllm: true, vllm_mode: …}``) needs CUDA.
     """
 
+    TRL_CONFIG: ClassVar[str] = "GRPOConfig"
+
     steps: int = 1000
-    learning_rate: float = 3e-6
-    warmup_steps: int = 0
-    lr_scheduler_type: Literal["constant", "constant_with_warmup", "linear", "cosine"] = "constant_with_warmup"
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
     prompts_per_step: int = 32
     num_generations: int = 16
     gradient_accumulation_steps: int = 1
-    num_iterations: int = 1
     max_completion_length: int = 32768
-    temperature: float = 1.0
-    top_p: float = 1.0
-    loss_type: Literal["grpo", "dr_grpo", "dapo"] = "grpo"
-    beta: float = 0.001
-    epsilon: float = 10.0
-    epsilon_high: float | None = None  # DAPO's clip-higher; null: same as epsilon
-    scale_rewards: Literal["group", "batch", "none"] = "group"
-    mask_truncated_completions: bool = False
-    ref_model_sync_steps: int | None = 400  # replace the KL reference by the policy every N steps (beta > 0)
+    ref_model_sync_steps: int | None = 400
     rewards: dict[str, float] = field(default_factory=lambda: {"format": 1.0, "accuracy": 1.0})
     language_target: str = "en"
     overlong_max_length: int | None = None
     overlong_buffer: int = 0
-    logging_steps: int = 1
-    save_steps: int = 50
-    save_total_limit: int = 2
     sample_every: int = 10  # write samples/step_XXXXX.jsonl every N steps
     samples_per_step: int = 16
     # Held-out evaluations during training, at these optimizer steps (besides before and after; steps
     # at or past ``steps`` are skipped): held-out pass@1 against RL step, at the same steps for every
     # RL stage (finding F3).
     eval_steps: list[int] = field(default_factory=list)
-    seed: int | None = None  # null: the recipe's seed
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
-    gradient_checkpointing: bool = True
-    use_vllm: bool = False
-    vllm_mode: Literal["colocate", "server"] = "colocate"
-    vllm_gpu_memory_utilization: float = 0.3
-    vllm_server_base_url: str | None = None
-    lora: LoraSpec | None = None  # train LoRA adapters (peft) instead of all weights; merged on save
 
     def __post_init__(self):
+        super().__post_init__()
         problems = []
-        for name in ("steps", "prompts_per_step", "gradient_accumulation_steps", "num_iterations",
-                     "max_completion_length", "logging_steps", "save_steps", "sample_every"):
+        for name in ("steps", "prompts_per_step", "gradient_accumulation_steps", "max_completion_length",
+                     "sample_every"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.num_generations < 2:
@@ -263,8 +377,11 @@ class RLConfig:
                             f"must be divisible by gradient_accumulation_steps ({self.gradient_accumulation_steps})")
         if any(s < 1 for s in self.eval_steps):
             problems.append(f"eval_steps must be >= 1 (step 0 is the before-training evaluation), got {self.eval_steps}")
-        if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
-            problems.append(f"epsilon_high ({self.epsilon_high}) must be >= epsilon ({self.epsilon})")
+        if self.trl.get("epsilon_high") is not None and self.trl["epsilon_high"] < self.setting("epsilon"):
+            problems.append(f"trl.epsilon_high ({self.trl['epsilon_high']}) must be >= epsilon ({self.setting('epsilon')})")
+        if not 0.0 < self.trl.get("top_p", 1.0) <= 1.0 or self.trl.get("temperature", 1.0) <= 0:
+            problems.append(f"need 0 < trl.top_p <= 1 and trl.temperature > 0, got {self.trl.get('top_p')}, "
+                            f"{self.trl.get('temperature')}")
         if not self.rewards:
             problems.append("rewards is empty")
         unknown = sorted(set(self.rewards) - set(REWARD_NAMES))
@@ -274,8 +391,6 @@ class RLConfig:
             top = self.overlong_max_length or self.max_completion_length
             if not 0 < self.overlong_buffer <= top:
                 problems.append(f"reward 'overlong' needs 0 < overlong_buffer <= {top}, got {self.overlong_buffer}")
-        if not (0.0 < self.top_p <= 1.0) or self.temperature <= 0:
-            problems.append(f"need 0 < top_p <= 1 and temperature > 0, got {self.top_p}, {self.temperature}")
         if problems:
             raise RecipeError("RL section: " + "; ".join(problems))
 
@@ -290,27 +405,21 @@ class ReasoningRLConfig(RLConfig):
 
 
 @dataclass
-class SFTSpec:
+class SFTSpec(TrainerSection):
     """One supervised fine-tuning run on TRL's SFTTrainer (``stages/sft.py``), loss on the assistant's
-    tokens only. Defaults are DeepSeek-R1's stage-4 SFT where the paper gives them (two epochs)."""
+    tokens only. Defaults are DeepSeek-R1's stage-4 SFT where the paper gives them (two epochs). TRL's
+    SFTConfig settings (learning rate, schedule, warmup, weight decay, logging and saving…) go under
+    ``trl:``."""
+
+    TRL_CONFIG: ClassVar[str] = "SFTConfig"
 
     epochs: float = 2.0
-    learning_rate: float = 1e-5
-    lr_scheduler_type: Literal["constant", "constant_with_warmup", "linear", "cosine"] = "cosine"
-    warmup_steps: float = 0.03  # a value below 1 is a fraction of all steps (transformers)
-    weight_decay: float = 0.0
     batch_size: int = 8  # per device
     gradient_accumulation_steps: int = 1
     max_length: int = 8192
-    logging_steps: int = 10
-    save_steps: int = 200
-    save_total_limit: int = 2
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
-    gradient_checkpointing: bool = True  # CUDA only
-    lora: LoraSpec | None = None
-    seed: int | None = None  # null: the recipe's seed
 
     def __post_init__(self):
+        super().__post_init__()
         if self.epochs <= 0 or self.batch_size < 1 or self.gradient_accumulation_steps < 1 or self.max_length < 16:
             raise ValueError("SFT: need epochs > 0, batch_size >= 1, gradient_accumulation_steps >= 1, "
                              f"max_length >= 16; got {self.epochs}, {self.batch_size}, "
@@ -405,23 +514,31 @@ class GeneralDataConfig:
 
 
 @dataclass
-class RewardModelSpec:
+class RewardModelSpec(TrainerSection):
     """A reward model of stage 4: loaded (``pretrained``: a hub id or path of a sequence-classification
-    reward model), or trained with TRL's RewardTrainer from preference pairs: a ``dataset`` with
-    ``chosen``/``rejected`` conversations, or (null) the tiny world's procedural pairs. Training starts
-    from the stage-4 SFT model with a fresh scalar head."""
+    reward model), or trained with TRL's RewardTrainer from preference pairs (``stages/reward_model.py``):
+    a ``dataset`` with ``chosen``/``rejected`` conversations, or (null) the tiny world's procedural pairs.
+    Training starts from the stage-4 SFT model with a fresh scalar head; TRL's RewardConfig settings
+    (learning rate, schedule, warmup, ``center_rewards_coefficient``…) go under ``trl:``. ``lora``: LoRA
+    adapters + the trainable score head, merged on save."""
+
+    TRL_CONFIG: ClassVar[str] = "RewardConfig"
 
     pretrained: str | None = None
     dataset: DatasetSpec | None = None
     pairs: int = 2000  # procedural pairs to build (tiny); a dataset's ``limit`` caps a real one
     on_policy_prompts: int = 0  # tiny: also pair the SFT model's own answers on this many prompts (judged by rule)
     epochs: float = 1.0
-    learning_rate: float = 1e-5
-    batch_size: int = 8
+    batch_size: int = 8  # per device
+    gradient_accumulation_steps: int = 1
     max_length: int = 2048
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
-    logging_steps: int = 10
-    lora: LoraSpec | None = None  # LoRA adapters (+ the trainable score head), merged on save
+    gradient_checkpointing: bool = False  # CUDA only
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.epochs <= 0 or self.batch_size < 1 or self.gradient_accumulation_steps < 1:
+            raise ValueError("reward model: need epochs > 0, batch_size >= 1, gradient_accumulation_steps >= 1; "
+                             f"got {self.epochs}, {self.batch_size}, {self.gradient_accumulation_steps}")
 
 
 @dataclass
@@ -619,7 +736,7 @@ def load_recipe(name_or_path: str, overrides: list[str] | None = None) -> Recipe
 
 def apply_override(raw: dict, item: str) -> None:
     if "=" not in item:
-        raise RecipeError(f"--set {item!r}: expected key=value, e.g. stage1.learning_rate=5e-5")
+        raise RecipeError(f"--set {item!r}: expected key=value, e.g. stage1.trl.learning_rate=5e-5")
     key, value = item.split("=", 1)
     parts = key.strip().split(".")
     node = raw
@@ -636,6 +753,14 @@ def build(cls, data: Any, source: str, where: str):
         raise RecipeError(f"{source}: {where or 'top level'}: expected a mapping, got {data!r}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
+    config = getattr(cls, "TRL_CONFIG", "")
+    for key in unknown if config else ():
+        if key in SET_BY_PROJECT:
+            raise RecipeError(f"{source}: {_join(where, key)}: unknown key; TRL's {key} is set by the project "
+                              f"from {SET_BY_PROJECT[key]}")
+        if key in trl_fields(config):  # the recipe shape before TRL's settings moved under trl:
+            raise RecipeError(f"{source}: {_join(where, key)} moved to {_join(where, 'trl.' + key)}: TRL's "
+                              f"{config} settings go under trl: (as in recipes/tiny/recipe.yaml)")
     if unknown:
         raise RecipeError(
             f"{source}: unknown key {_join(where, unknown[0])!r} (known in {where or 'top level'}: "
@@ -644,7 +769,9 @@ def build(cls, data: Any, source: str, where: str):
     hints = typing.get_type_hints(cls)
     kwargs = {}
     for name, f in fields.items():
-        if name in data:
+        if name == "trl" and config and name in data:
+            kwargs[name] = _trl_mapping(config, data[name], source, _join(where, name))
+        elif name in data:
             kwargs[name] = _coerce(hints[name], data[name], source, _join(where, name))
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise RecipeError(f"{source}: missing required key {_join(where, name)!r}")
@@ -656,6 +783,25 @@ def build(cls, data: Any, source: str, where: str):
 
 def _join(where: str, name: str) -> str:
     return f"{where}.{name}" if where else name
+
+
+def _trl_mapping(config: str, data: Any, source: str, where: str) -> dict[str, Any]:
+    """A section's ``trl:`` mapping, each key checked against the fields of TRL's ``config`` and each value
+    against its type (a YAML string such as ``5e-5`` becomes the float TRL expects)."""
+    if not isinstance(data, dict):
+        raise RecipeError(f"{source}: {where}: expected a mapping of {config} settings, got {data!r}")
+    fields, out = trl_fields(config), {}
+    for key, value in data.items():
+        problem = trl_problem(config, str(key))
+        if problem:
+            raise RecipeError(f"{source}: {where}.{key}: {problem}")
+        try:
+            coerced = _coerce(fields[key], value, source, f"{where}.{key}")
+        except (AttributeError, TypeError):  # a type this checker does not know: TRL checks the value
+            coerced = value
+        # an int where TRL declares a float stays an int, as TRL would get it from Python
+        out[key] = value if isinstance(coerced, float) and type(value) is int else coerced
+    return out
 
 
 def _coerce(tp, value, source: str, where: str):

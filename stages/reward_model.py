@@ -9,10 +9,13 @@ pairs ``{"chosen": [user, assistant], "rejected": [user, assistant]}``.
 (``tokenizer.apply_chat_template`` of the two turns), so that training and scoring cannot drift apart.
 ``stages.rewards.make_reward_model_reward`` turns a scorer into a reward function.
 
+Precision, the fresh/finished decision, TRL's config (the section's ``trl:`` settings pass through to
+``RewardConfig``), LoRA and the atomic save are the shared trainer skeleton's (``stages/trainer.py``).
+
 Outputs in the stage folder: ``<name>/`` (the model, written atomically), ``<name>_metrics.jsonl``
 (loss per logging step); manifest metrics ``<name>``: pairs, steps, loss, and the pairwise
 accuracy on held-out pairs (the share where chosen outscores rejected). An interrupted training run
-starts over (a few minutes at most on the tiny default); a finished one is not redone.
+starts over (it saves no checkpoints to resume from); a finished one is not redone.
 
 Deviation from the paper: DeepSeek-R1 reuses DeepSeek-V3's reward models and preference data; here
 the tiny world builds its own pairs (``data/general.py``), and real recipes name a dataset or an
@@ -22,9 +25,7 @@ existing reward model.
 from __future__ import annotations
 
 import logging
-import math
 import random
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,20 +33,21 @@ from pathlib import Path
 import torch
 
 from data.faults import trainer_faults
-from data.jsonl import read_jsonl_tolerant
 from data.templates import CHAT_TEMPLATE
-from stages.common import (
-    barrier,
-    checkpointing,
-    is_main,
-    load_tokenizer,
+from stages.common import load_tokenizer, set_seed
+from stages.trainer import (
+    LossLog,
+    begin,
+    device_and_precision,
+    fit,
+    jsonable,
     lora_config,
-    merged,
-    pick_device,
-    save_model_atomically,
-    set_seed,
+    losses,
+    save_final,
+    seed_of,
+    steps_for_epochs,
+    trl_args,
 )
-from stages.sft import LossLog
 
 log = logging.getLogger("r1")
 
@@ -89,6 +91,15 @@ def pairwise_accuracy(scorer: RewardScorer, pairs: list[dict]) -> float | None:
     return sum(c > r for c, r in zip(chosen, rejected, strict=True)) / len(pairs)
 
 
+def reward_config(spec, *, output_dir: Path, seed: int, device: torch.device, bf16: bool, steps: int):
+    """(TRL's RewardConfig, the settings given to it) for a RewardModelSpec section. No checkpoints:
+    an interrupted run starts over."""
+    return trl_args(spec, output_dir=output_dir, seed=seed, device=device, bf16=bf16, max_steps=steps,
+                    per_device_train_batch_size=spec.batch_size,
+                    gradient_accumulation_steps=spec.gradient_accumulation_steps, max_length=spec.max_length,
+                    save_strategy="no")
+
+
 def train_reward_model(ctx, spec, *, pairs: Callable[[], list[dict]], init_ref: str, name: str,
                        held_out: float = 0.1) -> Path:
     """Train a reward model from ``init_ref`` on the preference pairs ``pairs()`` builds (called only when
@@ -98,18 +109,14 @@ def train_reward_model(ctx, spec, *, pairs: Callable[[], list[dict]], init_ref: 
     the pairwise accuracy before and after."""
     from datasets import Dataset
     from transformers import AutoModelForSequenceClassification
-    from trl import RewardConfig, RewardTrainer
+    from trl import RewardTrainer
 
     recipe, m, out = ctx.recipe, ctx.manifest, Path(ctx.dir)
     final, trainer_dir, metrics_path = out / name, out / f"{name}_trainer", out / f"{name}_metrics.jsonl"
-    key = name
-    if ctx.resumed and key in m.data["metrics"] and final.is_dir():
+    start = begin(ctx, key=name, final=final, trainer_dir=trainer_dir, logs=[metrics_path], resumable=False)
+    if start.done:
         log.info("reward model %s already trained: %s", name, final)
         return final
-    if is_main():
-        shutil.rmtree(trainer_dir, ignore_errors=True)
-        metrics_path.unlink(missing_ok=True)
-    barrier()
     pairs = pairs()
     if len(pairs) < 10:
         raise ValueError(f"reward model {name}: {len(pairs)} preference pairs; need at least 10")
@@ -118,10 +125,9 @@ def train_reward_model(ctx, spec, *, pairs: Callable[[], list[dict]], init_ref: 
     random.Random(recipe.seed).shuffle(order)
     n_eval = max(1, int(len(order) * held_out))
     eval_pairs, train_pairs = order[:n_eval], order[n_eval:]
-    device = pick_device(recipe.device)
-    bf16 = spec.precision == "bf16" or (spec.precision == "auto" and device.type == "cuda"
-                                        and torch.cuda.is_bf16_supported())
-    set_seed(recipe.seed)  # the scalar head is initialised at random
+    seed = seed_of(recipe, spec)
+    device, bf16 = device_and_precision(recipe, spec)
+    set_seed(seed)  # the scalar head is initialised at random
     tokenizer = load_tokenizer(init_ref, trust_remote_code=recipe.trust_remote_code)
     if not tokenizer.chat_template:
         tokenizer.chat_template = CHAT_TEMPLATE
@@ -129,32 +135,26 @@ def train_reward_model(ctx, spec, *, pairs: Callable[[], list[dict]], init_ref: 
                                                                trust_remote_code=recipe.trust_remote_code)
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
-    steps = max(1, math.ceil(spec.epochs * len(train_pairs) / spec.batch_size))
-    args = RewardConfig(
-        output_dir=str(trainer_dir), max_steps=steps, learning_rate=spec.learning_rate,
-        per_device_train_batch_size=spec.batch_size, max_length=spec.max_length, logging_steps=spec.logging_steps,
-        lr_scheduler_type="cosine", warmup_steps=0.1, save_strategy="no", report_to="none", seed=recipe.seed,
-        bf16=bf16, fp16=False, use_cpu=device.type != "cuda", **checkpointing(False),
-        dataloader_num_workers=0, center_rewards_coefficient=0.01,
-    )
-    trainer = RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(train_pairs),
-                            processing_class=tokenizer, callbacks=[LossLog(metrics_path), *trainer_faults()],
-                            peft_config=lora_config(spec.lora, task_type="SEQ_CLS", modules_to_save=["score"]))
-    log.info("reward model %s: %d pairs (%d held out), %d steps from %s", name, len(train_pairs), n_eval, steps,
-             init_ref)
+    steps = steps_for_epochs(spec.epochs, len(train_pairs), spec)
+    args, settings = reward_config(spec, output_dir=trainer_dir, seed=seed, device=device, bf16=bf16, steps=steps)
+
+    def make_trainer():
+        log.info("reward model %s: %d pairs (%d held out), %d steps from %s", name, len(train_pairs), n_eval, steps,
+                 init_ref)
+        return RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(train_pairs),
+                             processing_class=tokenizer, callbacks=[LossLog(metrics_path), *trainer_faults()],
+                             peft_config=lora_config(spec.lora, task_type="SEQ_CLS", modules_to_save=["score"]))
+
     t0 = time.time()
-    trainer.train()
+    trained, _, trainer = fit(make_trainer, start, steps, model)
     seconds = time.time() - t0
-    if is_main():
-        save_model_atomically(merged(trainer.accelerator.unwrap_model(trainer.model)), tokenizer, final)
-    barrier()
-    del trainer
+    save_final(trained, tokenizer, final)
+    del trainer, trained
     scorer = RewardScorer(str(final), device=device, max_length=spec.max_length,
                           trust_remote_code=recipe.trust_remote_code)
     accuracy = pairwise_accuracy(scorer, eval_pairs)
-    losses = [r["loss"] for r in read_jsonl_tolerant(metrics_path) if "loss" in r]
-    m.update_metrics(**{key: {"pairs_train": len(train_pairs), "pairs_held_out": n_eval, "steps": steps,
-                              "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
-                              "held_out_pair_accuracy": accuracy, "train_seconds": round(seconds, 1)}})
+    m.update_metrics(**{name: {"pairs_train": len(train_pairs), "pairs_held_out": n_eval, "steps": steps,
+                               **losses(metrics_path), "held_out_pair_accuracy": accuracy,
+                               "train_seconds": round(seconds, 1), "trl": jsonable(settings)}})
     log.info("reward model %s: held-out pair accuracy %.3f (%.0fs)", name, accuracy or 0.0, seconds)
     return final

@@ -23,13 +23,15 @@ when every function returns None for a completion.
   silently scored as wrong.
 - :func:`language_consistency_reward`: DeepSeek-R1's language-consistency reward, the proportion of
   target-language words in the chain of thought; target = the row's ``lang``, else ``target``.
-- :func:`make_overlong_penalty`: DAPO's soft overlong punishment on ``completion_ids`` lengths.
+- :func:`make_overlong_penalty`: DAPO's soft overlong punishment on ``completion_ids`` lengths (TRL's
+  ``get_soft_overlong_punishment``, called as the other rewards are).
 - :func:`make_reward_model_reward`: a reward model's score (stage 4's helpfulness, on the summary after
   ``</think>``; harmlessness, on the whole response).
 - :func:`for_task`: routes a reward to the rows of one ``task`` (``reasoning`` or ``general``) and
   answers None for the others, so stage 4 scores each row with its own rewards.
 
-:data:`REWARD_NAMES` lists the names a recipe may use; :func:`get_reward` builds one by name.
+The registry (:data:`RULE_REWARDS`, :data:`MODEL_REWARDS`, :data:`REWARD_NAMES`) names what a recipe's
+``rewards`` may weight; ``stages/recipe.py`` checks names against it, :func:`get_reward` builds one.
 """
 
 from __future__ import annotations
@@ -55,8 +57,6 @@ log = logging.getLogger("r1")
 STATS: collections.Counter[str] = collections.Counter()
 _stats_lock = threading.Lock()
 _warned: set[str] = set()
-
-from stages.recipe import MODEL_REWARDS, REWARD_NAMES  # noqa: E402  (the recipe validates names without importing rewards)
 
 CODE_WORKERS = min(4, os.cpu_count() or 1)
 
@@ -253,16 +253,20 @@ def make_language_reward(target: str = "en") -> Callable[..., list[float | None]
 
 def make_overlong_penalty(max_length: int, buffer: int) -> Callable[..., list[float]]:
     """DAPO's soft overlong punishment (its Eq. 13), on token counts of ``completion_ids``:
-    0 up to ``max_length - buffer`` tokens, then linear down to -1 at ``max_length``, -1 beyond."""
+    0 up to ``max_length - buffer`` tokens, then linear down to -1 at ``max_length``, -1 beyond.
+    TRL's ``get_soft_overlong_punishment`` computes it; this refuses a buffer of 0 (TRL's hard cut-off)
+    and takes the completions first, as the recorder and :func:`for_task` call every reward."""
     if not 0 < buffer <= max_length:
         raise ValueError(f"overlong penalty: need 0 < buffer <= max_length, got {buffer}, {max_length}")
-    free = max_length - buffer
+    from trl.rewards import get_soft_overlong_punishment
+
+    punish = get_soft_overlong_punishment(max_completion_len=max_length, soft_punish_cache=buffer)
 
     def overlong_penalty(completions: Sequence, completion_ids: Sequence[Sequence[int]] | None = None,
                          **kwargs) -> list[float]:
         if completion_ids is None:
             raise ValueError("overlong penalty: needs completion_ids (TRL passes them)")
-        return [0.0 if len(ids) <= free else max(-1.0, (free - len(ids)) / buffer) for ids in completion_ids]
+        return punish(completion_ids)
 
     return overlong_penalty
 
@@ -271,26 +275,38 @@ def make_overlong_penalty(max_length: int, buffer: int) -> Callable[..., list[fl
 # Registry
 # ---------------------------------------------------------------------------------------------
 
+# The rule rewards a recipe may weight: name → builder, given the RL section's settings
+# (``language_target``, ``overlong_max_length``, ``overlong_buffer``).
+RULE_REWARDS: dict[str, Callable[..., Callable[..., list[float | None]]]] = {
+    "format": lambda **_: format_reward,
+    "summary_format": lambda **_: summary_format_reward,
+    "accuracy": lambda **_: accuracy_reward,
+    "language": lambda *, language_target="en", **_: make_language_reward(language_target),
+    "overlong": lambda *, overlong_max_length=None, overlong_buffer=0, **_: _overlong(overlong_max_length,
+                                                                                       overlong_buffer),
+}
+# Rewards that are a reward model's score: stage 4 trains or loads the models (stages/reward_model.py)
+# and builds these with :func:`make_reward_model_reward`.
+MODEL_REWARDS = ("helpfulness", "harmlessness")
+REWARD_NAMES = (*RULE_REWARDS, *MODEL_REWARDS)
+
+
+def _overlong(max_length: int | None, buffer: int):
+    if max_length is None:
+        raise ValueError("reward 'overlong' needs overlong_max_length")
+    return make_overlong_penalty(max_length, buffer)
+
 
 def get_reward(name: str, *, language_target: str = "en", overlong_max_length: int | None = None,
                overlong_buffer: int = 0) -> Callable[..., list[float | None]]:
-    """The reward function a recipe names (see :data:`REWARD_NAMES`)."""
-    if name == "format":
-        return format_reward
-    if name == "summary_format":
-        return summary_format_reward
-    if name == "accuracy":
-        return accuracy_reward
-    if name == "language":
-        return make_language_reward(language_target)
+    """The rule reward a recipe names (see :data:`RULE_REWARDS`)."""
     if name in MODEL_REWARDS:
         raise ValueError(f"reward {name!r} is a reward model's score: only stage 4's final RL (stage4.rl) loads "
                          "reward models; use the rule rewards elsewhere")
-    if name == "overlong":
-        if overlong_max_length is None:
-            raise ValueError("reward 'overlong' needs overlong_max_length")
-        return make_overlong_penalty(overlong_max_length, overlong_buffer)
-    raise ValueError(f"unknown reward {name!r}; known: {', '.join(REWARD_NAMES)}")
+    if name not in RULE_REWARDS:
+        raise ValueError(f"unknown reward {name!r}; known: {', '.join(REWARD_NAMES)}")
+    return RULE_REWARDS[name](language_target=language_target, overlong_max_length=overlong_max_length,
+                              overlong_buffer=overlong_buffer)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The shared RL runner: every RL stage (1, 3, 4's final RL, distillation's control) trains through :func:`run_rl`.
 
-It *configures* TRL's ``GRPOTrainer`` from a recipe's :class:`stages.recipe.RLConfig` section; it
-does not fork or subclass it. What it adds around the trainer:
+It *configures* TRL's ``GRPOTrainer`` from a recipe's :class:`stages.recipe.RLConfig` section (the
+section's ``trl:`` settings pass through to ``GRPOConfig``, ``stages/trainer.py``); it does not fork or
+subclass it. What it adds around the trainer:
 
 - reward functions by name and weight (``stages/rewards.py``), each wrapped so that a
   :class:`RolloutRecorder` sees every scored batch: it logs accuracy, format rate, think rate and
@@ -15,17 +16,12 @@ does not fork or subclass it. What it adds around the trainer:
 - evaluation of the held-out rows before and after training with the evaluation runner's protocol
   (``eval_before/``, ``eval_after/``, manifest metrics ``eval_before``, ``eval_after``, ``train``), and
   at the optimizer steps ``eval_steps`` during training (:class:`StepEvaluation`: ``eval_step_NNNNN/``,
-  manifest ``eval_steps``), so held-out pass@1 can be plotted against RL step;
-- the final model + tokenizer in ``<stage>/checkpoint``, written to a temporary folder and renamed.
+  manifest ``eval_steps``), so held-out pass@1 can be plotted against RL step.
 
-Resume. TRL/transformers checkpoints (``<stage>/trainer/checkpoint-N``, every ``save_steps``) hold
-model, optimizer, scheduler, RNG states and trainer state; ``trainer.train(resume_from_checkpoint=…)``
-restores all of them. When the stage resumes, the last *complete* ``checkpoint-N`` is used;
-transformers writes ``trainer_state.json`` last, so a folder without it (or without weights,
-optimizer or scheduler, or with a torn state file) is a checkpoint cut short by a crash: it is
-deleted, never loaded (left in place, checkpoint rotation could delete a good one instead).
-Rows of ``metrics.jsonl``, ``cold_start_candidates*.jsonl``, sample files and step evaluations past
-step N are dropped, since those steps run again. The manifest's last resume entry gets ``from_step: N``.
+Precision, the fresh/resume/finished decision, TRL's config, LoRA and the atomic save are the shared
+trainer skeleton's (``stages/trainer.py``). On resume from ``checkpoint-N``, rows of ``metrics.jsonl``,
+``cold_start_candidates*.jsonl``, sample files and step evaluations past step N are dropped, since those
+steps run again; the manifest's last resume entry gets ``from_step: N``.
 
 Deviations from DAPO: dynamic sampling (re-sampling until no group has all-equal rewards) is not
 available in TRL 1.16 without replacing its generation loop, so it is not done. Such groups get zero
@@ -41,7 +37,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import statistics
 import time
@@ -58,117 +53,33 @@ from eval.language import is_mixed
 from stages import rewards as R
 from stages.common import (
     barrier,
-    checkpointing,
     is_main,
     load_model_and_tokenizer,
     load_sampler,
-    lora_config,
-    merged,
-    pick_device,
     processes_summary,
     rank,
-    save_model_atomically,
     set_seed,
     world_size,
 )
 from stages.plan import rl_micro_batch
+from stages.trainer import (
+    begin,
+    device_and_precision,
+    fit,
+    jsonable,
+    lora_config,
+    save_final,
+    seed_of,
+    trl_args,
+    truncate_jsonl,
+)
 
 log = logging.getLogger("r1")
 
-CHECKPOINT_PREFIX = "checkpoint-"
 METRICS_NAME = "metrics.jsonl"
 EVAL_STEP_PREFIX = "eval_step_"
 CANDIDATES_NAME = "cold_start_candidates.jsonl"
 PLOT_NAME = "training_curves.png"
-_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                 "pytorch_model.bin.index.json", "adapter_model.safetensors", "adapter_model.bin")
-
-
-# ---------------------------------------------------------------------------------------------
-# Checkpoints and resume
-# ---------------------------------------------------------------------------------------------
-
-
-def checkpoint_step(path: Path) -> int | None:
-    name = Path(path).name
-    if not name.startswith(CHECKPOINT_PREFIX) or not name[len(CHECKPOINT_PREFIX):].isdigit():
-        return None
-    return int(name[len(CHECKPOINT_PREFIX):])
-
-
-def checkpoint_problem(path: Path) -> str | None:
-    """Why a ``checkpoint-N`` folder cannot be resumed from (None: it is complete)."""
-    path = Path(path)
-    state_file = path / "trainer_state.json"
-    if not state_file.is_file():
-        return "no trainer_state.json"
-    try:
-        state = json.loads(state_file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return "trainer_state.json is not valid JSON"
-    if state.get("global_step") != checkpoint_step(path):
-        return f"trainer_state.json says step {state.get('global_step')}"
-    if not any((path / f).is_file() and (path / f).stat().st_size > 0 for f in _WEIGHT_FILES):
-        return "no model weights"
-    for f in ("optimizer.pt", "scheduler.pt"):
-        if not (path / f).is_file():
-            return f"no {f}"
-    return None
-
-
-def last_complete_checkpoint(trainer_dir: Path, remove_partial: bool = False) -> Path | None:
-    """The complete ``checkpoint-N`` with the largest N, or None. Incomplete ones are logged, and
-    deleted with ``remove_partial``."""
-    trainer_dir = Path(trainer_dir)
-    if not trainer_dir.is_dir():
-        return None
-    found = sorted((p for p in trainer_dir.iterdir() if p.is_dir() and checkpoint_step(p) is not None),
-                   key=checkpoint_step)
-    best = None
-    for p in found:
-        problem = checkpoint_problem(p)
-        if problem is None:
-            best = p
-            continue
-        log.warning("ignoring incomplete checkpoint %s (%s)%s", p, problem, "; deleting it" if remove_partial else "")
-        if remove_partial:
-            shutil.rmtree(p, ignore_errors=True)
-    return best
-
-
-def trained_weights(model, checkpoint: Path):
-    """The model a complete Trainer ``checkpoint-N`` holds: its saved weights, or ``model`` with the
-    checkpoint's LoRA adapter merged in."""
-    if (checkpoint / "adapter_config.json").exists():
-        from peft import PeftModel
-
-        return merged(PeftModel.from_pretrained(model, str(checkpoint)))
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(checkpoint, dtype=model.dtype).to(model.device)
-
-
-def truncate_jsonl(path: Path, max_step: int) -> int:
-    """Keep the rows of a JSONL file whose ``step`` is <= ``max_step`` (torn lines go too); returns
-    how many rows were dropped. Rewritten atomically."""
-    path = Path(path)
-    if not path.exists():
-        return 0
-    kept, dropped = [], 0
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            dropped += 1
-            continue
-        if row.get("step", 0) <= max_step:
-            kept.append(line)
-        else:
-            dropped += 1
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-    os.replace(tmp, path)
-    return dropped
 
 
 # ---------------------------------------------------------------------------------------------
@@ -398,80 +309,34 @@ class MetricsCallback(TrainerCallback):
 # ---------------------------------------------------------------------------------------------
 
 
-def resolve_device(recipe, cfg) -> tuple[torch.device, bool]:
-    """(device, bf16) for this machine; refuses vLLM without CUDA."""
-    device = pick_device(recipe.device)
-    cuda = device.type == "cuda"
-    if cfg.precision == "bf16" and not cuda:
-        log.warning("precision bf16 requested on CPU: allowed, but it was slower than fp32 for GRPO here")
-    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and cuda and torch.cuda.is_bf16_supported())
-    if cfg.use_vllm:
-        if not cuda:
-            raise ValueError("use_vllm is true but the run is on CPU: vLLM needs CUDA (set use_vllm: false)")
-        try:
-            import vllm  # noqa: F401
-        except ImportError:
-            raise ValueError("use_vllm is true but vllm is not installed (pip install -e '.[gpu]')") from None
-    return device, bf16
+def check_vllm(cfg, device: torch.device) -> None:
+    """Refuse vLLM generation (``trl.use_vllm``) without CUDA or without vllm installed."""
+    if not cfg.setting("use_vllm"):
+        return
+    if device.type != "cuda":
+        raise ValueError("trl.use_vllm is true but the run is on CPU: vLLM needs CUDA (set use_vllm: false)")
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        raise ValueError("trl.use_vllm is true but vllm is not installed (pip install -e '.[gpu]')") from None
 
 
 def grpo_config(cfg, *, output_dir: Path, seed: int, device: torch.device, bf16: bool, reward_weights: list[float],
                 section: str):
-    """TRL's GRPOConfig for an RLConfig section (``section`` names it in errors)."""
-    from trl import GRPOConfig
-
+    """(TRL's GRPOConfig, the settings given to it) for an RLConfig section (``section`` names it in errors)."""
     micro = rl_micro_batch(section, cfg, world_size())  # PlanError, with the numbers to change, if TRL cannot split
-    cuda = device.type == "cuda"
-    vllm_kwargs = {}
-    if cfg.use_vllm:
-        vllm_kwargs = {"use_vllm": True, "vllm_mode": cfg.vllm_mode,
-                       "vllm_gpu_memory_utilization": cfg.vllm_gpu_memory_utilization}
-        if cfg.vllm_server_base_url:
-            vllm_kwargs["vllm_server_base_url"] = cfg.vllm_server_base_url
-    return GRPOConfig(
-        output_dir=str(output_dir),
-        # optimisation
+    return trl_args(
+        cfg, output_dir=output_dir, seed=seed, device=device, bf16=bf16,
         max_steps=cfg.steps,
-        learning_rate=cfg.learning_rate,
-        warmup_steps=cfg.warmup_steps,
-        lr_scheduler_type=cfg.lr_scheduler_type,
-        weight_decay=cfg.weight_decay,
-        max_grad_norm=cfg.max_grad_norm,
         per_device_train_batch_size=micro,
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        # GRPO
         num_generations=cfg.num_generations,
-        num_iterations=cfg.num_iterations,
         max_completion_length=cfg.max_completion_length,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-        loss_type=cfg.loss_type,
-        beta=cfg.beta,
-        epsilon=cfg.epsilon,
-        epsilon_high=cfg.epsilon_high,
-        scale_rewards=cfg.scale_rewards,
-        mask_truncated_completions=cfg.mask_truncated_completions,
-        sync_ref_model=cfg.beta > 0 and cfg.ref_model_sync_steps is not None,
-        ref_model_sync_steps=cfg.ref_model_sync_steps or 1,
-        ref_model_mixup_alpha=1.0,  # R1: the reference model is *replaced* by the policy
         reward_weights=reward_weights,
-        # logging and checkpoints
-        logging_steps=cfg.logging_steps,
-        save_strategy="steps",
-        save_steps=cfg.save_steps,
-        save_total_limit=cfg.save_total_limit,
-        save_only_model=False,  # optimizer, scheduler and RNG too: needed to resume
-        report_to="none",
-        log_completions=False,
-        # machine
-        seed=seed,
-        data_seed=seed,
-        bf16=bf16,
-        fp16=False,
-        use_cpu=not cuda,
-        **checkpointing(cfg.gradient_checkpointing and cuda),
-        dataloader_num_workers=0,
-        **vllm_kwargs,
+        # R1: with a KL term, the reference model is *replaced* by the policy every ref_model_sync_steps
+        sync_ref_model=cfg.setting("beta") > 0 and cfg.ref_model_sync_steps is not None,
+        ref_model_sync_steps=cfg.ref_model_sync_steps or 1,
+        ref_model_mixup_alpha=1.0,
     )
 
 
@@ -554,37 +419,26 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
     from trl import GRPOTrainer
 
     recipe, m, out = ctx.recipe, ctx.manifest, Path(ctx.dir)
-    seed = recipe.seed if cfg.seed is None else cfg.seed
-    device, bf16 = resolve_device(recipe, cfg)
+    seed = seed_of(recipe, cfg)
+    device, bf16 = device_and_precision(recipe, cfg)
+    check_vllm(cfg, device)
     names, funcs, weights = rewards or reward_functions(cfg)
     trainer_dir, metrics_path, final = out / "trainer", out / METRICS_NAME, out / "checkpoint"
     recorder = RolloutRecorder(out, names, sample_every=cfg.sample_every, samples_per_step=cfg.samples_per_step,
                                language_target=cfg.language_target)
 
     # -- where to start: fresh, resumed from checkpoint-N, or training already done ------------
-    resume_from, from_step = None, 0
-    done = ctx.resumed and "train" in m.data["metrics"] and final.is_dir()
-    if not ctx.resumed and is_main():  # no manifest existed: anything in the folder is stale
-        shutil.rmtree(trainer_dir, ignore_errors=True)
-        for stale in (metrics_path, out / "eval_before", out / "eval_after", out / "samples", final):
-            shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
-        for stale in out.glob(CANDIDATES_NAME.replace(".jsonl", "*.jsonl")):
-            stale.unlink()
-        for stale in out.glob(f"{EVAL_STEP_PREFIX}*"):
-            shutil.rmtree(stale, ignore_errors=True)
-    elif not done:
-        resume_from = last_complete_checkpoint(trainer_dir, remove_partial=is_main())
-        from_step = checkpoint_step(resume_from) if resume_from else 0
-        if is_main():
-            dropped = truncate_jsonl(metrics_path, from_step)
-            recorder.truncate(from_step)
-            drop_step_evaluations(out, m.data["metrics"], from_step)
-            m.save()
-            log.info("resuming from %s (step %d); dropped %d metric rows past it",
-                     resume_from or "the start (no complete checkpoint)", from_step, dropped)
-    barrier()
+    def forget_after(step: int) -> None:  # what the steps after ``step`` recorded: they run again
+        recorder.truncate(step)
+        drop_step_evaluations(out, m.data["metrics"], step)
+        m.save()
+
+    stale = [out / "eval_before", out / "eval_after", out / "samples", *out.glob(f"{EVAL_STEP_PREFIX}*"),
+             *out.glob(CANDIDATES_NAME.replace(".jsonl", "*.jsonl"))]
+    start = begin(ctx, key="train", final=final, trainer_dir=trainer_dir, logs=[metrics_path], stale=stale,
+                  forget_after=forget_after)
     if ctx.resumed and m.data.get("resumes"):
-        m.data["resumes"][-1]["from_step"] = cfg.steps if done else from_step
+        m.data["resumes"][-1]["from_step"] = cfg.steps if start.done else start.from_step
         m.save()
 
     # -- model, data, and the "before" evaluation --------------------------------------------
@@ -618,52 +472,47 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
     barrier()
 
     # -- training ------------------------------------------------------------------------------
-    if done:
+    if start.done:
         log.info("training already finished (%s); evaluating it", final)
         model, tokenizer = load_model_and_tokenizer(str(final), device=device,
                                                     trust_remote_code=recipe.trust_remote_code, dtype=dtype)
     else:
         t0 = time.time()
-        if from_step >= cfg.steps:
-            # Killed after the last step's checkpoint, before the final save. Resumed from the checkpoint
-            # of its last step, transformers' Trainer trains one step more (it checks max_steps only
-            # after a step), so the checkpoint's weights are taken as they are.
-            log.info("training had finished (%s); saving its weights", resume_from)
-            model, global_step = trained_weights(model, resume_from), from_step
-        else:
-            args = grpo_config(cfg, output_dir=trainer_dir, seed=seed, device=device, bf16=bf16,
-                               reward_weights=weights, section=ctx.stage)
+        args, settings = grpo_config(cfg, output_dir=trainer_dir, seed=seed, device=device, bf16=bf16,
+                                     reward_weights=weights, section=ctx.stage)
 
-            def evaluate_now(live_model, step: int) -> None:
-                summary = evaluate(recipe, live_model, tokenizer, eval_rows, eval_step_dir(out, step), None,
-                                   eval_template)
-                m.data["metrics"].setdefault("eval_steps", {})[str(step)] = summary
-                m.save()
-                log.info("step %d: %s", step, _describe(summary))
+        def evaluate_now(live_model, step: int) -> None:
+            summary = evaluate(recipe, live_model, tokenizer, eval_rows, eval_step_dir(out, step), None, eval_template)
+            m.data["metrics"].setdefault("eval_steps", {})[str(step)] = summary
+            m.save()
+            log.info("step %d: %s", step, _describe(summary))
 
-            trainer = GRPOTrainer(
+        def make_trainer():
+            log.info("GRPO: %d steps × %d prompts × %d samples, loss %s, lr %.1e, beta %g, %s, %s", cfg.steps,
+                     cfg.prompts_per_step, cfg.num_generations, args.loss_type, args.learning_rate, args.beta,
+                     device.type, "bf16" if bf16 else "fp32")
+            return GRPOTrainer(
                 model=model,
                 reward_funcs=[recorder.wrap(n, f) for n, f in zip(names, funcs, strict=True)],
                 args=args,
                 train_dataset=prompt_dataset(train_rows, build_prompt),
                 processing_class=tokenizer,
-                callbacks=[MetricsCallback(metrics_path, names), StepEvaluation([s for s in cfg.eval_steps if s < cfg.steps], evaluate_now),
+                callbacks=[MetricsCallback(metrics_path, names),
+                           StepEvaluation([s for s in cfg.eval_steps if s < cfg.steps], evaluate_now),
                            *(callbacks or []), *trainer_faults()],
                 peft_config=lora_config(cfg.lora),
             )
-            log.info("GRPO: %d steps × %d prompts × %d samples, loss %s, lr %.1e, beta %g, %s, %s",
-                     cfg.steps, cfg.prompts_per_step, cfg.num_generations, cfg.loss_type, cfg.learning_rate,
-                     cfg.beta, device.type, "bf16" if bf16 else "fp32")
-            trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
-            model, global_step = merged(trainer.accelerator.unwrap_model(trainer.model)), trainer.state.global_step
-            del trainer
+
+        model, global_step, trainer = fit(make_trainer, start, cfg.steps, model)
+        del trainer
         train_seconds = time.time() - t0
         processes = processes_summary(model, recorder.prompts_seen, "prompts_scored")
+        save_final(model, tokenizer, final)
         if is_main():
-            save_model_atomically(model, tokenizer, final)
             rows = read_jsonl_tolerant(metrics_path)
-            m.update_metrics(train={**_train_summary(rows, global_step, from_step, train_seconds,
-                                                     recorder.candidates_written), "processes": processes})
+            m.update_metrics(train={**_train_summary(rows, global_step, start.from_step, train_seconds,
+                                                     recorder.candidates_written), "processes": processes,
+                                    "trl": jsonable(settings)})
 
     # -- the "after" evaluation ----------------------------------------------------------------
     if is_main():

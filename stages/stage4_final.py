@@ -18,7 +18,7 @@ Four sub-steps, each with its own outputs in ``runs/<recipe>/stage4/`` and its o
    ``task`` column: reasoning rows get the rule rewards (accuracy, readable format, language
    consistency), general rows the reward models (helpfulness on the summary after ``</think>``,
    harmlessness on the whole response), requests known to be harmful (``safety``) the harmlessness
-   model only (see ``RM_TASKS``). A KL penalty to the SFT model (``stage4.rl.beta``) keeps the policy
+   model only (see ``RM_TASKS``). A KL penalty to the SFT model (``stage4.rl.trl.beta``) keeps the policy
    from drifting into text that fools the reward models. The final checkpoint is ``checkpoint/``.
 
 The held-out reasoning split is evaluated before and after the final RL (``eval_before``/``eval_after``).

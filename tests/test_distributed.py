@@ -15,11 +15,11 @@ from tests.test_stage23 import USER_ROWS
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MICRO = [
     "stage1.steps=3", "stage1.prompts_per_step=4", "stage1.num_generations=4", "stage1.max_completion_length=24",
-    "stage1.learning_rate=1e-2", "stage1.warmup_steps=0", "stage1.save_steps=10",
+    "stage1.trl.learning_rate=1e-2", "stage1.trl.warmup_steps=0", "stage1.trl.save_steps=10",
     "stage1.rewards={format: 1.0, accuracy: 1.0, overlong: 1.0}", "stage1.overlong_max_length=24",
     "stage1.overlong_buffer=20",  # lengths vary, so the advantages are not all zero and the weights move
-    "stage2.sft.epochs=1", "stage2.sft.batch_size=2", "stage2.sft.learning_rate=3e-3", "stage2.sft.logging_steps=1",
-    "stage2.sft.save_steps=100", "stage2.sft.max_length=128", "stage2.cold_start.max_samples=8",
+    "stage2.sft.epochs=1", "stage2.sft.batch_size=2", "stage2.sft.trl.learning_rate=3e-3", "stage2.sft.trl.logging_steps=1",
+    "stage2.sft.trl.save_steps=100", "stage2.sft.max_length=128", "stage2.cold_start.max_samples=8",
 ]
 
 

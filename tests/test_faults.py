@@ -24,8 +24,8 @@ from data.faults import ENV
 from data.jsonl import read_jsonl, read_jsonl_tolerant
 from stages.common import load_model_and_tokenizer, weights_digest
 from stages.manifest import Manifest
-from stages.rl import last_complete_checkpoint
 from stages.runner import run_stage
+from stages.trainer import last_complete_checkpoint
 from tests.test_stage1 import MICRO
 from tests.test_stage4 import MICRO4
 from tests.test_stage23 import MICRO23, chain  # noqa: F401 (the module fixture)

@@ -24,6 +24,8 @@ def test_every_real_recipe_plans_every_stage(name):
     samples = r.stage2.cold_start.sample is not None  # the stages that sample say how
     assert any(line.startswith("stage2.cold_start.sample:") for line in plan(r, "stage2")) == samples
     assert any(line.startswith("stage4.rejection:") for line in plan(r, "stage4"))
+    assert [line.split(":")[0] for line in plan(r, "stage4") if not line.startswith(" ")][2:] == [
+        "stage4.sft", "stage4.helpfulness", "stage4.harmlessness", "stage4.rl", "stage4.rejection"]  # every trainer
 
 
 def test_a_batch_that_cannot_be_split_names_the_numbers():

@@ -88,5 +88,5 @@ def test_real_recipes_configure_stages_1_to_3():
         assert {"accuracy", "language"} <= set(r.stage3.rewards), f"{f}: stage 3 needs language consistency"
         assert "format" not in r.stage3.rewards  # stage 3 answers in the readable (summary) format
         if r.base.pretrained:  # real models: vLLM generation on CUDA, completions within the context
-            assert r.device == "cuda" and r.stage1.use_vllm and r.stage3.use_vllm, f
+            assert r.device == "cuda" and r.stage1.setting("use_vllm") and r.stage3.setting("use_vllm"), f
             assert r.stage1.max_completion_length <= 4096 - 512 and r.stage2.sft.max_length <= 4096, f

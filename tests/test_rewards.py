@@ -167,6 +167,23 @@ def test_registry():
         get_reward("neural")
 
 
+def test_the_recipe_checks_names_against_the_registry():
+    """One registry: every name the recipe accepts is built by rewards.py (rules) or by stage 4 (reward
+    models), and a name the registry lacks is refused, with the known ones listed."""
+    from stages.recipe import RecipeError, load_recipe
+
+    assert R.REWARD_NAMES == (*R.RULE_REWARDS, *R.MODEL_REWARDS)
+    for name in R.RULE_REWARDS:
+        r = load_recipe("tiny", [f"stage3.rewards={{{name}: 1.0}}", "stage3.overlong_buffer=8"])
+        assert callable(get_reward(name, overlong_max_length=r.stage3.max_completion_length, overlong_buffer=8))
+    for name in R.MODEL_REWARDS:
+        assert name in load_recipe("tiny", [f"stage4.rl.rewards={{{name}: 1.0}}"]).stage4.rl.rewards
+        with pytest.raises(ValueError, match="reward model"):
+            get_reward(name)
+    with pytest.raises(RecipeError, match="unknown reward 'neural' \\(known: format, summary_format, accuracy"):
+        load_recipe("tiny", ["stage3.rewards={neural: 1.0}"])
+
+
 def test_trl_calling_convention_extra_kwargs_are_ignored():
     kwargs = dict(prompts=["p"], completion_ids=[[1, 2]], trainer_state=None, log_extra=lambda *a: None,
                   log_metric=lambda *a: None, id=["x"], problem=["What is 1 + 1?"], lang=["en"], verifier=["math"],

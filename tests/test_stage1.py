@@ -24,8 +24,8 @@ import stages.stage1_zero
 from data.jsonl import read_jsonl_tolerant
 from stages.manifest import Manifest, ManifestError
 from stages.recipe import load_recipe
-from stages.rl import checkpoint_problem, last_complete_checkpoint, truncate_jsonl
 from stages.runner import run_stage
+from stages.trainer import checkpoint_problem, last_complete_checkpoint, truncate_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,7 +36,7 @@ MICRO = [
     "task_world.n_train=200", "task_world.n_test=20",
     "data.test.limit=8", "eval.k=2", "eval.max_new_tokens=32", "eval.benchmarks=[]",
     "stage1.steps=4", "stage1.prompts_per_step=2", "stage1.num_generations=4", "stage1.max_completion_length=24",
-    "stage1.warmup_steps=0", "stage1.learning_rate=1e-3", "stage1.save_steps=2", "stage1.sample_every=2",
+    "stage1.trl.warmup_steps=0", "stage1.trl.learning_rate=1e-3", "stage1.trl.save_steps=2", "stage1.sample_every=2",
     "stage1.rewards={format: 1.0, accuracy: 1.0, overlong: 1.0}", "stage1.overlong_max_length=24",
     "stage1.overlong_buffer=20",
 ]
@@ -117,8 +117,8 @@ def test_the_accuracy_reward_alone_teaches_the_answer(base_run, tmp_path):
 
     r = recipe(with_base(base_run, tmp_path, "learn"), "learn", [
         "stage1.rewards={accuracy: 1.0}", "stage1.max_completion_length=1", "stage1.steps=15",
-        "stage1.learning_rate=1e-2", "stage1.prompts_per_step=4", "stage1.num_generations=16",
-        "stage1.save_steps=100"])
+        "stage1.trl.learning_rate=1e-2", "stage1.prompts_per_step=4", "stage1.num_generations=16",
+        "stage1.trl.save_steps=100"])
     rows = [{"id": f"q{i}", "problem": "What is 3 + 4?", "answer": "7", "verifier": "math"} for i in range(32)]
 
     def prompt(row):
@@ -291,7 +291,7 @@ def test_refuses_missing_or_wrong_parent(base_run, tmp_path):
 
 def test_vllm_on_cpu_is_refused(base_run, tmp_path):
     root = with_base(base_run, tmp_path, "vllm")
-    r = recipe(root, "vllm", ["device=cpu", "stage1.use_vllm=true"])
+    r = recipe(root, "vllm", ["device=cpu", "stage1.trl.use_vllm=true"])
     with pytest.raises(ValueError, match="vLLM needs CUDA"):
         run_stage(r, "stage1", stages.stage1_zero.run)
     assert Manifest.load(r.stage_dir("stage1")).status == "failed"

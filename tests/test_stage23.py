@@ -27,12 +27,12 @@ USER_ROWS = [{"id": f"u{a}{b}", "problem": f"What is {a} + {b}?", "answer": str(
               "reasoning": f"{a % 10}+{b % 10}={a % 10 + b % 10} write {(a % 10 + b % 10) % 10}; answer {a + b}"}
              for a, b in [(12, 34), (21, 45), (33, 41), (52, 17), (60, 29), (44, 44), (15, 72), (81, 13)]]
 MICRO23 = [
-    "stage2.sft.epochs=2", "stage2.sft.batch_size=4", "stage2.sft.learning_rate=3e-3", "stage2.sft.logging_steps=1",
-    "stage2.sft.save_steps=2", "stage2.sft.max_length=128", "stage2.cold_start.max_samples=6",
+    "stage2.sft.epochs=2", "stage2.sft.batch_size=4", "stage2.sft.trl.learning_rate=3e-3", "stage2.sft.trl.logging_steps=1",
+    "stage2.sft.trl.save_steps=2", "stage2.sft.max_length=128", "stage2.cold_start.max_samples=6",
     "stage2.cold_start.sample={prompts: {source: task_world, split: train, limit: 8}, samples_per_prompt: 2, "
     "max_new_tokens: 24, shard_size: 4, batch_size: 16}",
     "stage3.steps=2", "stage3.prompts_per_step=2", "stage3.num_generations=4", "stage3.max_completion_length=24",
-    "stage3.save_steps=2", "stage3.sample_every=1", "stage1.eval_steps=[2]",
+    "stage3.trl.save_steps=2", "stage3.sample_every=1", "stage1.eval_steps=[2]",
 ]
 
 

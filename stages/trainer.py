@@ -1,0 +1,321 @@
+"""The skeleton the three training jobs share: GRPO (``stages/rl.py``), SFT (``stages/sft.py``) and reward
+models (``stages/reward_model.py``). Each of them keeps only what is its own (datasets, rewards, rollout
+records, evaluations); what they have in common lives here, once:
+
+- :func:`device_and_precision`: the device, and bf16 or fp32 from the section's ``precision``;
+- :func:`begin`: fresh, resumed from the last complete ``checkpoint-N``, or already finished;
+- :func:`trl_args`: TRL's config for a recipe section: TRL's defaults, overridden by the project's
+  (``stages.recipe.PROJECT_DEFAULTS``), by the recipe's ``trl:`` mapping, and last by the settings the
+  project sets itself (``stages.recipe.SET_BY_PROJECT``: output folder, steps, batch, seed, precision…);
+- :func:`fit`: ``trainer.train`` from where :func:`begin` said, LoRA adapters merged into the weights;
+- :func:`save_final`: the final model and tokenizer written atomically by the main process, then a barrier;
+- :class:`LossLog` and :func:`losses`: TRL's log rows in a JSON Lines file, and the first and last loss.
+
+Resume. TRL/transformers checkpoints (``<trainer dir>/checkpoint-N``, every ``save_steps``) hold model,
+optimizer, scheduler, RNG states and trainer state; ``trainer.train(resume_from_checkpoint=…)`` restores
+all of them. When a stage resumes, the last *complete* ``checkpoint-N`` is used; transformers writes
+``trainer_state.json`` last, so a folder without it (or without weights, optimizer or scheduler, or with
+a torn state file) is a checkpoint cut short by a crash: it is deleted, never loaded (left in place,
+checkpoint rotation could delete a good one instead). Rows of the run's logs past step N are dropped,
+since those steps run again. A trainer that does not resume (the reward models) starts over.
+
+Several processes: every process trains (data-parallel); only the main one deletes, truncates and saves,
+and the others wait for it at barriers (``stages.common``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import TrainerCallback
+
+from data.jsonl import append_jsonl, read_jsonl_tolerant
+from stages.common import barrier, is_main, pick_device, save_model_atomically, world_size
+
+log = logging.getLogger("r1")
+
+CHECKPOINT_PREFIX = "checkpoint-"
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json", "adapter_model.safetensors", "adapter_model.bin")
+
+
+# ---------------------------------------------------------------------------------------------
+# Device and precision
+# ---------------------------------------------------------------------------------------------
+
+
+def device_and_precision(recipe, cfg) -> tuple[torch.device, bool]:
+    """(device, bf16) for a trainer section on this machine. ``precision: auto`` is bf16 on a CUDA device
+    that supports it, else fp32: on CPU, TRL's own default (bf16) made GRPO slower (NOTES.md)."""
+    device = pick_device(recipe.device)
+    cuda = device.type == "cuda"
+    if cfg.precision == "bf16" and not cuda:
+        log.warning("precision bf16 requested on CPU: allowed, but it was slower than fp32 for GRPO on CPU")
+    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and cuda and torch.cuda.is_bf16_supported())
+    return device, bf16
+
+
+def seed_of(recipe, cfg) -> int:
+    """A section's training seed: its own ``seed``, else the recipe's."""
+    return recipe.seed if cfg.seed is None else cfg.seed
+
+
+# ---------------------------------------------------------------------------------------------
+# TRL's config
+# ---------------------------------------------------------------------------------------------
+
+
+def checkpointing(enabled: bool) -> dict:
+    """The TrainingArguments keyword for activation (gradient) checkpointing: transformers 5.2x calls it
+    ``activation_checkpointing`` (the old name a deprecated alias), the GPU set's 5.17 only
+    ``gradient_checkpointing``."""
+    from transformers import TrainingArguments
+
+    new = "activation_checkpointing" in TrainingArguments.__dataclass_fields__
+    return {"activation_checkpointing" if new else "gradient_checkpointing": enabled}
+
+
+def trl_args(cfg, *, output_dir: Path, seed: int, device: torch.device, bf16: bool, **owned):
+    """TRL's config (``cfg.TRL_CONFIG``: GRPOConfig, SFTConfig or RewardConfig) for a recipe section, and
+    the settings given to it (for the manifest). ``owned``: what the trainer sets from its own fields
+    (steps, batch, lengths…); it wins over the recipe's ``trl:``, which may not name it
+    (``stages.recipe.SET_BY_PROJECT``)."""
+    import trl
+
+    cuda = device.type == "cuda"
+    settings = {
+        **cfg.trl_settings(),  # the project's defaults, then the recipe's trl: mapping
+        "output_dir": str(output_dir),
+        "seed": seed,
+        "data_seed": seed,
+        "bf16": bf16,
+        "fp16": False,
+        "use_cpu": not cuda,
+        **checkpointing(cfg.gradient_checkpointing and cuda),  # on CPU it only costs time
+        "save_strategy": "steps",  # checkpoint-N every save_steps, with optimizer state: resumable
+        "save_only_model": False,
+        **owned,
+    }
+    return getattr(trl, cfg.TRL_CONFIG)(**settings), settings
+
+
+def steps_for_epochs(epochs: float, rows: int, cfg) -> int:
+    """Optimizer steps for ``epochs`` over ``rows`` examples at ``cfg.batch_size ×
+    cfg.gradient_accumulation_steps`` per process and step: per epoch rounded up, then the total; at
+    least 1. ``max_steps`` (not epochs) is what TRL gets, so that resume and logs agree exactly."""
+    per_epoch = math.ceil(rows / (cfg.batch_size * cfg.gradient_accumulation_steps * world_size()))
+    return max(1, math.ceil(epochs * per_epoch))
+
+
+# ---------------------------------------------------------------------------------------------
+# LoRA
+# ---------------------------------------------------------------------------------------------
+
+
+def lora_config(spec, task_type: str = "CAUSAL_LM", modules_to_save: list[str] | None = None):
+    """peft's LoraConfig for a recipe's ``lora`` section (None: train every weight)."""
+    if spec is None:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout, target_modules=spec.target_modules,
+                      task_type=task_type, modules_to_save=modules_to_save)
+
+
+def merged(model):
+    """A peft model with its adapters merged into the weights (any other model as it is): every
+    checkpoint the stages save is a plain model that the next stage loads like any other."""
+    return model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints, and where a run starts
+# ---------------------------------------------------------------------------------------------
+
+
+def checkpoint_step(path: Path) -> int | None:
+    name = Path(path).name
+    if not name.startswith(CHECKPOINT_PREFIX) or not name[len(CHECKPOINT_PREFIX):].isdigit():
+        return None
+    return int(name[len(CHECKPOINT_PREFIX):])
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """Why a ``checkpoint-N`` folder cannot be resumed from (None: it is complete)."""
+    path = Path(path)
+    state_file = path / "trainer_state.json"
+    if not state_file.is_file():
+        return "no trainer_state.json"
+    try:
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return "trainer_state.json is not valid JSON"
+    if state.get("global_step") != checkpoint_step(path):
+        return f"trainer_state.json says step {state.get('global_step')}"
+    if not any((path / f).is_file() and (path / f).stat().st_size > 0 for f in _WEIGHT_FILES):
+        return "no model weights"
+    for f in ("optimizer.pt", "scheduler.pt"):
+        if not (path / f).is_file():
+            return f"no {f}"
+    return None
+
+
+def last_complete_checkpoint(trainer_dir: Path, remove_partial: bool = False) -> Path | None:
+    """The complete ``checkpoint-N`` with the largest N, or None. Incomplete ones are logged, and
+    deleted with ``remove_partial``."""
+    trainer_dir = Path(trainer_dir)
+    if not trainer_dir.is_dir():
+        return None
+    found = sorted((p for p in trainer_dir.iterdir() if p.is_dir() and checkpoint_step(p) is not None),
+                   key=checkpoint_step)
+    best = None
+    for p in found:
+        problem = checkpoint_problem(p)
+        if problem is None:
+            best = p
+            continue
+        log.warning("ignoring incomplete checkpoint %s (%s)%s", p, problem, "; deleting it" if remove_partial else "")
+        if remove_partial:
+            shutil.rmtree(p, ignore_errors=True)
+    return best
+
+
+def trained_weights(model, checkpoint: Path):
+    """The model a complete Trainer ``checkpoint-N`` holds: its saved weights, or ``model`` with the
+    checkpoint's LoRA adapter merged in."""
+    if (checkpoint / "adapter_config.json").exists():
+        from peft import PeftModel
+
+        return merged(PeftModel.from_pretrained(model, str(checkpoint)))
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(checkpoint, dtype=model.dtype).to(model.device)
+
+
+def truncate_jsonl(path: Path, max_step: int) -> int:
+    """Keep the rows of a JSONL file whose ``step`` is <= ``max_step`` (torn lines go too); returns
+    how many rows were dropped. Rewritten atomically."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    kept, dropped = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            dropped += 1
+            continue
+        if row.get("step", 0) <= max_step:
+            kept.append(line)
+        else:
+            dropped += 1
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    os.replace(tmp, path)
+    return dropped
+
+
+@dataclass
+class Start:
+    """Where a trainer starts: ``done`` (its model is saved and recorded), else from ``resume_from``
+    (a complete ``checkpoint-N``, step ``from_step``) or from the beginning (None, 0)."""
+
+    done: bool = False
+    resume_from: Path | None = None
+    from_step: int = 0
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def begin(ctx, *, key: str, final: Path, trainer_dir: Path, logs: Sequence[Path] = (), stale: Sequence[Path] = (),
+          resumable: bool = True, forget_after: Callable[[int], None] | None = None) -> Start:
+    """Decide where a trainer of stage ``ctx`` starts.
+
+    Finished: the stage resumes, its manifest has metrics ``key`` and ``final`` exists. Fresh (the stage
+    did not resume, or the trainer cannot resume): ``trainer_dir``, ``final``, the ``logs`` and the
+    ``stale`` outputs are deleted, since nothing in them belongs to this run. Resumed: from the last
+    complete ``checkpoint-N`` of ``trainer_dir`` (partial ones deleted), or from step 0 when there is
+    none; rows of ``logs`` past N are dropped and ``forget_after(N)`` forgets the trainer's other
+    records of those steps."""
+    m = ctx.manifest
+    if ctx.resumed and key in m.data["metrics"] and Path(final).is_dir():
+        return Start(done=True)
+    fresh = not ctx.resumed or not resumable
+    resume_from = None if fresh else last_complete_checkpoint(trainer_dir, remove_partial=is_main())
+    start = Start(resume_from=resume_from, from_step=checkpoint_step(resume_from) if resume_from else 0)
+    if is_main():
+        if fresh:
+            for path in (Path(trainer_dir), Path(final), *map(Path, logs), *map(Path, stale)):
+                _remove(path)
+        else:
+            dropped = sum(truncate_jsonl(p, start.from_step) for p in logs)
+            if forget_after is not None:
+                forget_after(start.from_step)
+            log.info("%s: resuming from %s (step %d); dropped %d logged rows past it", key,
+                     resume_from or "the start (no complete checkpoint)", start.from_step, dropped)
+    barrier()
+    return start
+
+
+# ---------------------------------------------------------------------------------------------
+# Training, saving, logs
+# ---------------------------------------------------------------------------------------------
+
+
+def fit(make_trainer: Callable[[], object], start: Start, steps: int, model):
+    """(model, global step, trainer): ``make_trainer()`` trained from ``start``, its model unwrapped and
+    LoRA adapters merged. A run killed after the checkpoint of its last step but before its final save is
+    not trained again: resumed from that checkpoint, transformers' Trainer would train one step more (it
+    checks ``max_steps`` after a step), so the checkpoint's weights are taken as they are (``trainer``
+    None)."""
+    if start.resume_from is not None and start.from_step >= steps:
+        log.info("training had finished (%s); taking its weights", start.resume_from)
+        return trained_weights(model, start.resume_from), start.from_step, None
+    trainer = make_trainer()
+    trainer.train(resume_from_checkpoint=str(start.resume_from) if start.resume_from else None)
+    return merged(trainer.accelerator.unwrap_model(trainer.model)), trainer.state.global_step, trainer
+
+
+def save_final(model, tokenizer, final: Path) -> Path:
+    """The final model (adapters merged) and tokenizer, written atomically by the main process; every
+    process waits until it is in place."""
+    if is_main():
+        save_model_atomically(merged(model), tokenizer, final)
+    barrier()
+    return Path(final)
+
+
+class LossLog(TrainerCallback):
+    """Appends every ``on_log`` row (loss, learning_rate, grad_norm, epoch) to a JSON Lines file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and logs:
+            append_jsonl(self.path, [{"step": state.global_step, **logs}])
+
+
+def losses(path: Path) -> dict:
+    """``loss_first`` and ``loss_last`` of a :class:`LossLog` file (None when it has none)."""
+    values = [r["loss"] for r in read_jsonl_tolerant(path) if "loss" in r]
+    return {"loss_first": values[0] if values else None, "loss_last": values[-1] if values else None}
+
+
+def jsonable(settings: dict) -> dict:
+    """TRL settings as the manifest records them (paths and other objects as strings)."""
+    return {k: v if isinstance(v, bool | int | float | str | list | dict | type(None)) else str(v)
+            for k, v in settings.items()}

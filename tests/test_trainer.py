@@ -1,0 +1,229 @@
+"""The trainer skeleton (stages/trainer.py) and TRL's settings passed through a recipe's ``trl:`` mapping:
+any GRPOConfig / SFTConfig / RewardConfig field reaches TRL with no code for it; unknown fields, fields
+the project sets itself and the old recipe shape are refused naming the file and the dotted key; the
+project's defaults are TRL fields, each with its reason; where a trainer starts (fresh, resumed,
+finished)."""
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from stages.recipe import (
+    PROJECT_DEFAULTS,
+    SET_BY_PROJECT,
+    RecipeError,
+    load_recipe,
+    resolve_recipe_path,
+    trl_fields,
+)
+from stages.trainer import begin, device_and_precision
+
+CPU = torch.device("cpu")
+TINY = str(resolve_recipe_path("tiny"))
+
+
+def grpo(recipe, section="stage1"):
+    from stages.rl import grpo_config
+
+    cfg = recipe.stage1 if section == "stage1" else recipe.stage4.rl
+    args, _ = grpo_config(cfg, output_dir="/tmp/unused", seed=0, device=CPU, bf16=False,
+                          reward_weights=[1.0] * len(cfg.rewards), section=section)
+    return args
+
+
+# -- TRL's settings pass through -----------------------------------------------------------------
+
+
+def test_a_trl_setting_needs_no_code_change():
+    """Loss types and settings the project has no code for reach the GRPOConfig built for the stage."""
+    r = load_recipe("tiny", ["stage1.trl.loss_type=cispo", "stage1.trl.importance_sampling_level=sequence",
+                             "stage1.trl.epsilon_high=5e0", "stage1.trl.top_entropy_quantile=0.2"])
+    args = grpo(r)
+    assert (args.loss_type, args.importance_sampling_level, args.top_entropy_quantile) == ("cispo", "sequence", 0.2)
+    assert args.epsilon_high == 5.0 and isinstance(args.epsilon_high, float)  # "5e0" from YAML: a float
+    assert grpo(load_recipe("tiny", ["stage1.trl.loss_type=luspo"])).loss_type == "luspo"
+    assert grpo(load_recipe("tiny")).loss_type == "grpo"  # the recipe's own
+
+
+def test_sft_and_reward_settings_pass_through_too():
+    from stages.reward_model import reward_config
+    from stages.sft import sft_config
+
+    r = load_recipe("tiny", ["stage2.sft.trl.loss_type=dft", "stage2.sft.trl.neftune_noise_alpha=5",
+                             "stage4.helpfulness.trl.center_rewards_coefficient=0.5",
+                             "stage4.helpfulness.trl.lr_scheduler_type=linear"])
+    sft, _ = sft_config(r.stage2.sft, output_dir="/tmp/unused", seed=0, device=CPU, bf16=False, steps=3)
+    assert (sft.loss_type, sft.neftune_noise_alpha, sft.assistant_only_loss) == ("dft", 5, True)
+    rm, _ = reward_config(r.stage4.helpfulness, output_dir="/tmp/unused", seed=0, device=CPU, bf16=False, steps=3)
+    assert (rm.center_rewards_coefficient, rm.lr_scheduler_type.value) == (0.5, "linear")
+
+
+def test_the_tiny_configs_keep_their_settings():
+    """The settings the tiny recipe's trainers had before TRL's settings moved under trl:."""
+    from stages.reward_model import reward_config
+    from stages.sft import sft_config
+
+    r = load_recipe("tiny")
+    a = grpo(r)
+    assert (a.max_steps, a.per_device_train_batch_size, a.num_generations, a.max_completion_length) == (80, 64, 8, 128)
+    assert (a.learning_rate, a.warmup_steps, a.lr_scheduler_type.value) == (1e-4, 10, "constant_with_warmup")
+    assert (a.loss_type, a.beta, a.epsilon, a.epsilon_high, a.scale_rewards) == ("grpo", 0.0, 0.2, 0.28, "group")
+    assert (a.logging_steps, a.save_steps, a.save_total_limit, a.save_only_model) == (1, 20, 2, False)
+    assert (a.bf16, a.use_cpu, a.seed, a.data_seed, a.sync_ref_model) == (False, True, 0, 0, False)
+    assert not (a.gradient_checkpointing or getattr(a, "activation_checkpointing", False))
+    s4 = grpo(r, "stage4.rl")
+    assert (s4.beta, s4.sync_ref_model, s4.ref_model_mixup_alpha, s4.save_steps) == (0.02, False, 1.0, 10)
+    sft, _ = sft_config(r.stage2.sft, output_dir="/tmp/unused", seed=0, device=CPU, bf16=False, steps=7)
+    assert (sft.learning_rate, sft.lr_scheduler_type.value, sft.warmup_steps, sft.assistant_only_loss) == (
+        1e-3, "cosine", 0.1, True)
+    assert (sft.per_device_train_batch_size, sft.max_length, sft.logging_steps, sft.save_steps) == (16, 256, 5, 50)
+    rm, _ = reward_config(r.stage4.harmlessness, output_dir="/tmp/unused", seed=0, device=CPU, bf16=False, steps=7)
+    assert (rm.learning_rate, rm.lr_scheduler_type.value, rm.warmup_steps, rm.center_rewards_coefficient) == (
+        1e-3, "cosine", 0.1, 0.01)
+    assert (rm.save_strategy.value, rm.per_device_train_batch_size, rm.max_length) == ("no", 16, 128)
+
+
+def test_the_paper_defaults_reach_trl():
+    """A section the recipe leaves out gets the project's defaults (the paper's), not TRL's."""
+    from trl import GRPOConfig
+
+    r = load_recipe("tiny", ["stage1.trl={}"])
+    a = grpo(r)
+    for key, (value, _) in PROJECT_DEFAULTS["GRPOConfig"].items():
+        got = getattr(a, key)
+        assert getattr(got, "value", got) == value, key
+    assert a.max_grad_norm == GRPOConfig.max_grad_norm  # and TRL's own where the project has none
+    # beta 0.001 > 0: the policy replaces the reference every ref_model_sync_steps (R1), not a mixup
+    assert (a.beta, a.sync_ref_model, a.ref_model_sync_steps, a.ref_model_mixup_alpha) == (0.001, True, 400, 1.0)
+    a = grpo(load_recipe("tiny", ["stage1.trl={}", "stage1.ref_model_sync_steps=null"]))
+    assert (a.beta, a.sync_ref_model) == (0.001, False)
+
+
+def test_project_defaults_are_trl_fields_with_reasons():
+    from trl import GRPOConfig, RewardConfig, SFTConfig
+
+    classes = {"GRPOConfig": GRPOConfig, "SFTConfig": SFTConfig, "RewardConfig": RewardConfig}
+    assert set(PROJECT_DEFAULTS) == set(classes)
+    for config, defaults in PROJECT_DEFAULTS.items():
+        for key, (value, reason) in defaults.items():
+            assert key in trl_fields(config) and key not in SET_BY_PROJECT, (config, key)
+            trl_default = getattr(classes[config], key)
+            assert getattr(trl_default, "value", trl_default) != value, f"{config}.{key}: the same as TRL's"
+            assert reason and "\n" not in reason, (config, key)
+    for key in SET_BY_PROJECT:
+        assert any(key in trl_fields(c) for c in classes), key
+
+
+# -- what a recipe may not write -----------------------------------------------------------------
+
+
+def test_an_unknown_trl_key_names_the_file_and_the_dotted_key(tmp_path):
+    with pytest.raises(RecipeError) as e:
+        load_recipe("tiny", ["stage1.trl.loss_typ=dapo"])
+    assert f"{TINY}: stage1.trl.loss_typ: unknown GRPOConfig field (did you mean loss_type?)" in str(e.value)
+    p = tmp_path / "r.yaml"
+    p.write_text("name: x\nstage4:\n  helpfulness:\n    trl:\n      num_generations: 4\n")
+    with pytest.raises(RecipeError, match=rf"^{p}: stage4\.helpfulness\.trl\.num_generations: unknown RewardConfig field"):
+        load_recipe(str(p))
+    with pytest.raises(RecipeError, match=r"stage2\.sft\.trl\.learning_rate: expected float, got str 'fast'"):
+        load_recipe("tiny", ["stage2.sft.trl.learning_rate=fast"])
+
+
+def test_a_setting_the_project_owns_says_where_to_set_it():
+    with pytest.raises(RecipeError, match=r"stage1\.trl\.max_steps: set by the project from steps"):
+        load_recipe("tiny", ["stage1.trl.max_steps=3"])
+    with pytest.raises(RecipeError, match=r"stage3\.trl\.bf16: set by the project from precision"):
+        load_recipe("tiny", ["stage3.trl.bf16=true"])
+    with pytest.raises(RecipeError, match=r"stage4\.rl\.trl\.sync_ref_model: set by the project from ref_model_sync_steps"):
+        load_recipe("tiny", ["stage4.rl.trl.sync_ref_model=true"])
+
+
+@pytest.mark.parametrize("key, moved", [
+    ("stage1.loss_type=dapo", "stage1.loss_type moved to stage1.trl.loss_type"),
+    ("stage3.learning_rate=1e-4", "stage3.learning_rate moved to stage3.trl.learning_rate"),
+    ("stage4.rl.use_vllm=true", "stage4.rl.use_vllm moved to stage4.rl.trl.use_vllm"),
+    ("stage2.sft.save_steps=3", "stage2.sft.save_steps moved to stage2.sft.trl.save_steps"),
+    ("stage4.helpfulness.learning_rate=1e-4", "stage4.helpfulness.learning_rate moved to stage4.helpfulness.trl.learning_rate"),
+    ("distill.control.beta=0.1", "distill.control.beta moved to distill.control.trl.beta"),
+])
+def test_the_old_shape_says_where_the_key_moved(key, moved):
+    with pytest.raises(RecipeError) as e:
+        load_recipe("tiny", [key])
+    assert str(e.value).startswith(f"{TINY}: {moved}: TRL's")
+
+
+# -- the skeleton --------------------------------------------------------------------------------
+
+
+def checkpoint(trainer_dir: Path, step: int, complete: bool = True) -> Path:
+    d = trainer_dir / f"checkpoint-{step}"
+    d.mkdir(parents=True)
+    for f in ("model.safetensors", "optimizer.pt", "scheduler.pt"):
+        (d / f).write_bytes(b"x")
+    if complete:
+        (d / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    return d
+
+
+def ctx_at(out: Path, resumed: bool, metrics: dict | None = None):
+    manifest = SimpleNamespace(data={"metrics": dict(metrics or {})}, save=lambda: None)
+    return SimpleNamespace(dir=out, manifest=manifest, resumed=resumed)
+
+
+def layout(tmp_path: Path) -> dict:
+    out = tmp_path / "stage"
+    paths = {"trainer": out / "trainer", "final": out / "checkpoint", "log": out / "metrics.jsonl",
+             "stale": out / "samples"}
+    paths["final"].mkdir(parents=True)
+    paths["stale"].mkdir()
+    checkpoint(paths["trainer"], 2)
+    checkpoint(paths["trainer"], 4)
+    checkpoint(paths["trainer"], 6, complete=False)  # cut short by a kill
+    paths["log"].write_text("".join(json.dumps({"step": s}) + "\n" for s in range(1, 7)))
+    return paths
+
+
+def start(ctx, p, **kw):
+    return begin(ctx, key="train", final=p["final"], trainer_dir=p["trainer"], logs=[p["log"]], stale=[p["stale"]], **kw)
+
+
+def test_a_resumed_trainer_starts_from_its_last_complete_checkpoint(tmp_path):
+    p = layout(tmp_path)
+    forgotten = []
+    s = start(ctx_at(tmp_path, resumed=True), p, forget_after=forgotten.append)
+    assert (s.done, s.resume_from, s.from_step) == (False, p["trainer"] / "checkpoint-4", 4)
+    assert not (p["trainer"] / "checkpoint-6").exists()  # the partial one is deleted, never loaded
+    assert [json.loads(line)["step"] for line in p["log"].read_text().splitlines()] == [1, 2, 3, 4]
+    assert forgotten == [4] and p["stale"].exists() and p["final"].exists()
+
+
+def test_a_fresh_trainer_deletes_what_an_earlier_run_left(tmp_path):
+    p = layout(tmp_path)
+    s = start(ctx_at(tmp_path, resumed=False), p, forget_after=lambda step: pytest.fail("nothing to forget"))
+    assert (s.done, s.resume_from, s.from_step) == (False, None, 0)
+    assert not any(p[k].exists() for k in ("trainer", "final", "log", "stale"))
+
+
+def test_a_finished_trainer_is_not_started_again(tmp_path):
+    p = layout(tmp_path)
+    s = start(ctx_at(tmp_path, resumed=True, metrics={"train": {}}), p)
+    assert s.done and all(p[k].exists() for k in ("trainer", "final", "log", "stale"))
+    assert (p["trainer"] / "checkpoint-6").exists()  # untouched: nothing runs
+    # the same folder with the manifest's record missing (killed before it was written): resumed
+    assert not start(ctx_at(tmp_path, resumed=True), p).done
+
+
+def test_a_trainer_that_cannot_resume_starts_over(tmp_path):
+    p = layout(tmp_path)
+    s = start(ctx_at(tmp_path, resumed=True), p, resumable=False)
+    assert (s.done, s.resume_from) == (False, None) and not p["trainer"].exists() and not p["log"].exists()
+
+
+def test_precision():
+    recipe = SimpleNamespace(device="cpu")
+    assert device_and_precision(recipe, SimpleNamespace(precision="auto")) == (CPU, False)
+    assert device_and_precision(recipe, SimpleNamespace(precision="fp32")) == (CPU, False)
+    assert device_and_precision(recipe, SimpleNamespace(precision="bf16")) == (CPU, True)  # allowed, with a warning
