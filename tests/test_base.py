@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from data.templates import r1_zero_prompt
@@ -15,7 +16,9 @@ from stages.manifest import Manifest
 from stages.pretrain import _batch, _packed_batch, build_tiny_model, pretrain_tiny
 from stages.recipe import load_recipe
 from stages.runner import run_stage
-from tests.conftest import SMALL
+from tests.micro import SMALL
+
+pytestmark = pytest.mark.train  # every test here trains a model
 
 
 def test_pretraining_loss_falls():

@@ -7,10 +7,13 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from stages.common import weights_digest
 from stages.manifest import Manifest
-from tests.conftest import SMALL
-from tests.test_stage23 import USER_ROWS
+from tests.micro import SMALL, USER_ROWS
+
+pytestmark = pytest.mark.train  # every test here trains a model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MICRO = [

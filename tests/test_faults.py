@@ -26,11 +26,9 @@ from stages.common import load_model_and_tokenizer, weights_digest
 from stages.manifest import Manifest
 from stages.runner import run_stage
 from stages.trainer import last_complete_checkpoint
-from tests.test_stage1 import MICRO
-from tests.test_stage4 import MICRO4
-from tests.test_stage23 import MICRO23, chain  # noqa: F401 (the module fixture)
+from tests.micro import MICRO, MICRO4, MICRO23
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.train]
 REPO = Path(__file__).resolve().parents[1]
 slow = pytest.mark.slow
 
@@ -173,7 +171,7 @@ def test_stage2(chain, tmp_path, fault):  # noqa: F811
 @pytest.fixture(scope="module")
 def chain3(chain, tmp_path_factory):  # noqa: F811
     """<tmp>/c3/{base,stage1,stage2} complete (stage 2 in-process)."""
-    from tests.test_stage23 import chain_recipe
+    from tests.micro import chain_recipe
 
     tmp = tmp_path_factory.mktemp("c3")
     r = chain_recipe(chain, tmp, "tiny", MICRO4)

@@ -14,7 +14,9 @@ from stages.manifest import Manifest
 from stages.recipe import load_recipe
 from stages.reward_model import RewardScorer, train_reward_model
 from stages.runner import StageContext
-from tests.conftest import SMALL
+from tests.micro import SMALL
+
+pytestmark = pytest.mark.train  # every test here trains a model
 
 GOOD, BAD = "The final answer is 12.", "no no no"
 RM = ["stage4.helpfulness.epochs=4", "stage4.helpfulness.batch_size=8", "stage4.helpfulness.max_length=64",

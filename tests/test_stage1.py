@@ -23,44 +23,13 @@ import stages.base
 import stages.stage1_zero
 from data.jsonl import read_jsonl_tolerant
 from stages.manifest import Manifest, ManifestError
-from stages.recipe import load_recipe
 from stages.runner import run_stage
 from stages.trainer import checkpoint_problem, last_complete_checkpoint, truncate_jsonl
+from tests.micro import MICRO, recipe, with_base
+
+pytestmark = pytest.mark.train  # every test here trains a model
 
 REPO = Path(__file__).resolve().parents[1]
-
-MICRO = [
-    "base.pretrain.steps=30", "base.pretrain.batch_size=32", "base.pretrain.warmup_steps=5", "base.architecture.hidden_size=32",
-    "base.architecture.num_hidden_layers=1", "base.architecture.num_attention_heads=2",
-    "base.architecture.num_key_value_heads=2", "base.architecture.intermediate_size=64",
-    "task_world.n_train=200", "task_world.n_test=20",
-    "data.test.limit=8", "eval.k=2", "eval.max_new_tokens=32", "eval.benchmarks=[]",
-    "stage1.steps=4", "stage1.prompts_per_step=2", "stage1.num_generations=4", "stage1.max_completion_length=24",
-    "stage1.trl.warmup_steps=0", "stage1.trl.learning_rate=1e-3", "stage1.trl.save_steps=2", "stage1.sample_every=2",
-    "stage1.rewards={format: 1.0, accuracy: 1.0, overlong: 1.0}", "stage1.overlong_max_length=24",
-    "stage1.overlong_buffer=20",
-]
-
-
-def recipe(run_root: Path, name: str = "tiny", extra: list[str] = ()):
-    return load_recipe("tiny", [f"run_root={run_root}", f"name={name}", *MICRO, *extra])
-
-
-@pytest.fixture(scope="module")
-def base_run(tmp_path_factory):
-    """A complete micro base stage under <tmp>/tiny/base."""
-    torch.set_num_threads(1)
-    root = tmp_path_factory.mktemp("runs")
-    m = run_stage(recipe(root), "base", stages.base.run)
-    assert m.status == "complete"
-    return root
-
-
-def with_base(base_root: Path, root: Path, name: str) -> Path:
-    """A run folder ``root/name`` whose base is a copy of the module's base manifest."""
-    shutil.copytree(base_root / "tiny" / "base", root / name / "base")
-    return root
-
 
 def tensors(folder) -> dict:
     return load_file(str(Path(folder) / "model.safetensors"))

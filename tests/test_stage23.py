@@ -19,42 +19,9 @@ from stages.common import load_tokenizer
 from stages.manifest import ManifestError
 from stages.runner import run_stage
 from stages.sft import run_sft
-from tests.test_stage1 import recipe
+from tests.micro import chain_recipe
 
-# A user cold-start set: stage 1 of a micro model rarely produces correct answers, and the user set
-# is a documented input anyway. Every reason to drop is exercised by tests/test_cold_start.py.
-USER_ROWS = [{"id": f"u{a}{b}", "problem": f"What is {a} + {b}?", "answer": str(a + b),
-              "reasoning": f"{a % 10}+{b % 10}={a % 10 + b % 10} write {(a % 10 + b % 10) % 10}; answer {a + b}"}
-             for a, b in [(12, 34), (21, 45), (33, 41), (52, 17), (60, 29), (44, 44), (15, 72), (81, 13)]]
-MICRO23 = [
-    "stage2.sft.epochs=2", "stage2.sft.batch_size=4", "stage2.sft.trl.learning_rate=3e-3", "stage2.sft.trl.logging_steps=1",
-    "stage2.sft.trl.save_steps=2", "stage2.sft.max_length=128", "stage2.cold_start.max_samples=6",
-    "stage2.cold_start.sample={prompts: {source: task_world, split: train, limit: 8}, samples_per_prompt: 2, "
-    "max_new_tokens: 24, shard_size: 4, batch_size: 16}",
-    "stage3.steps=2", "stage3.prompts_per_step=2", "stage3.num_generations=4", "stage3.max_completion_length=24",
-    "stage3.trl.save_steps=2", "stage3.sample_every=1", "stage1.eval_steps=[2]",
-]
-
-
-@pytest.fixture(scope="module")
-def chain(tmp_path_factory):
-    """<tmp>/tiny/{base,stage1} complete, and the user cold-start file."""
-    torch.set_num_threads(1)
-    root = tmp_path_factory.mktemp("runs")
-    user = root / "user_cot.jsonl"
-    user.write_text("".join(json.dumps(r) + "\n" for r in USER_ROWS))
-    r = recipe(root, extra=MICRO23)
-    assert run_stage(r, "base", stages.base.run).status == "complete"
-    assert run_stage(r, "stage1", stages.stage1_zero.run).status == "complete"
-    return root, user
-
-
-def chain_recipe(chain, tmp_path, name, extra=()):
-    root, user = chain
-    for stage in ("base", "stage1"):
-        shutil.copytree(root / "tiny" / stage, tmp_path / name / stage)  # manifests keep naming the originals
-    return recipe(tmp_path, name, [*MICRO23, f"stage2.cold_start.user_dataset={{source: jsonl, name: {user}}}",
-                                   *extra])
+pytestmark = pytest.mark.train  # every test here trains a model
 
 
 def test_stage2_then_stage3(chain, tmp_path):

@@ -29,28 +29,9 @@ from stages.manifest import Manifest
 from stages.report import build_report
 from stages.reward_model import RewardScorer
 from stages.runner import run_stage
-from tests.test_stage23 import chain, chain_recipe  # noqa: F401 (the module fixture)
+from tests.micro import MICRO4, chain_recipe
 
-MICRO4 = [
-    "stage4.rejection.prompts={source: task_world, split: train, limit: 12}", "stage4.rejection.samples_per_prompt=2",
-    "stage4.rejection.shard_size=4", "stage4.rejection.max_new_tokens=24",
-    "stage4.general.procedural_rows=200", "stage4.general.eval_prompts=10", "stage4.general.reasoning_per_general=3.0",
-    "stage4.sft.epochs=1", "stage4.sft.batch_size=8", "stage4.sft.max_length=128", "stage4.sft.trl.logging_steps=1",
-    "stage4.sft.trl.save_steps=100",
-    "stage4.helpfulness.pairs=40", "stage4.helpfulness.batch_size=8", "stage4.helpfulness.max_length=64",
-    "stage4.harmlessness.pairs=40", "stage4.harmlessness.batch_size=8", "stage4.harmlessness.max_length=64",
-    "stage4.helpfulness.on_policy_prompts=20", "stage4.harmlessness.on_policy_prompts=20",
-    "stage4.rl.steps=2", "stage4.rl.prompts_per_step=2", "stage4.rl.num_generations=4",
-    "stage4.rl.max_completion_length=24", "stage4.rl.trl.save_steps=1", "stage4.rl.sample_every=1",
-    "stage4.rl.general_share=0.5",
-    "distill.students=[{name: s1, architecture: {hidden_size: 16, num_hidden_layers: 1, num_attention_heads: 2, "
-    "num_key_value_heads: 2, intermediate_size: 32, max_position_embeddings: 512, tokenizer_vocab_size: 640}, "
-    "pretrain_steps: 10}]",
-    "distill.budget_steps=2", "distill.sft.epochs=null",
-    "distill.sft.batch_size=8", "distill.sft.max_length=128", "distill.sft.trl.save_steps=100",
-    "distill.control.steps=2", "distill.control.prompts_per_step=2", "distill.control.num_generations=4",
-    "distill.control.max_completion_length=24", "distill.control.trl.save_steps=1",
-]
+pytestmark = pytest.mark.train  # every test here trains a model
 
 
 class Interrupt(TrainerCallback):
