@@ -184,8 +184,12 @@ def findings(run_dir: Path) -> list[verdicts.Finding]:
 
 
 def _budget(b: dict) -> str:
-    return ", ".join(f"{k.replace('_', ' ')} {v:,}" if isinstance(v, int) else f"{k.replace('_', ' ')} {v}"
-                     for k, v in b.items() if v is not None)
+    def value(v) -> str:
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            return str(v)
+        return f"{v:,}" if isinstance(v, int) else f"{v:.3g}"
+
+    return ", ".join(f"{k.replace('_', ' ')} {value(v)}" for k, v in b.items() if v is not None)
 
 
 # -- the page ----------------------------------------------------------------------------------
