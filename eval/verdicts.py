@@ -54,6 +54,9 @@ class Finding:
         out = [f"**{self.key}. {self.claim}** — **{self.verdict}**", f"  - rule: {self.rule}"]
         out += [f"  - {line}" for line in self.lines]
         out += [f"  - seeds: {line}" for line in self.seeds]
+        if not self.seeds and self.verdict != "not measured":
+            out.append("  - seeds: one training seed (the pipeline's); the interval covers the problems sampled, "
+                       "not training randomness")
         return out
 
 

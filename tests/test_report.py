@@ -208,6 +208,7 @@ def test_report_shows_measured_and_missing_stages_with_intervals(tmp_path):
     assert "paired difference +0.500" in text or "paired difference 0.500" in text
     assert "**F2." in text and "not measured" in text  # no variant run: said so, not guessed
     assert "Training seeds measured: [0] (one seed: run `make findings` for more)" in text
+    assert "seeds: one training seed (the pipeline's)" in text  # each verdict says whether it had seeds
     assert (path.parent / "stage1_curves.png").stat().st_size > 1000
     assert "distillation: missing" in text
 
