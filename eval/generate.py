@@ -1,6 +1,9 @@
-"""Batched sampling with the KV cache through transformers (the CPU path; vLLM is in eval/vllm_backend).
+"""Batched sampling on the CPU path (vLLM is the GPU path: :class:`VLLMSampler`).
 
-One function, used by evaluation and by rejection sampling, so that both sample the same way.
+One function, :func:`sample`, used by every evaluation, probe, cold-start and rejection sampler and the
+reward models' pairs, so that all of them sample the same way. It runs :func:`eval.decode.decode` (a
+KV-cache loop that drops finished rows) on the models it supports, the CPU default's among them, and
+transformers' ``generate`` on any other.
 """
 
 from __future__ import annotations
@@ -9,8 +12,10 @@ import torch
 from tqdm.auto import tqdm
 
 from data.faults import fault_point
+from data.timing import timed_as
 
 
+@timed_as("sampling")
 @torch.inference_mode()
 def sample(
     model,
@@ -25,15 +30,24 @@ def sample(
     seed: int,
     desc: str = "sampling",
     progress: bool = True,
+    use_decode: bool | None = None,
 ) -> list[list[dict]]:
     """``n`` completions per prompt: ``[[{"text", "num_tokens", "truncated"}, …n], …prompts]``.
 
     Prompts are repeated ``n`` times and generated in batches of ``batch_size`` sequences, left-padded
     (a decoder-only model continues from the last position, so padding must be on the left).
     ``temperature == 0`` means greedy decoding. Special tokens are skipped in the text (as TRL does);
-    the reasoning tags are ordinary tokens and survive.
+    the reasoning tags are ordinary tokens and survive. The draws come from a generator seeded with
+    ``seed`` (the global torch RNG is left alone), so a call's samples depend on its seed alone.
+    ``use_decode``: force the KV-cache loop (True) or ``generate`` (False); None picks the loop when
+    the model is one it supports.
     """
-    torch.manual_seed(seed)
+    from eval.decode import decode, supports
+
+    generator = torch.Generator(device=model.device).manual_seed(seed)
+    fast = supports(model) if use_decode is None else use_decode
+    if not fast:
+        torch.manual_seed(seed)  # generate draws from the global generator
     tokenizer.padding_side = "left"
     flat = [p for p in prompts for _ in range(n)]
     out: list[dict] = []
@@ -45,6 +59,13 @@ def sample(
         chunk = flat[start : start + batch_size]
         fault_point("generate")
         enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+        if fast:
+            for tokens, stopped in decode(model, enc["input_ids"], enc["attention_mask"], max_new_tokens=max_new_tokens,
+                                          temperature=temperature, top_p=top_p, stop_ids=stop_ids, generator=generator):
+                out.append({"text": tokenizer.decode(tokens, skip_special_tokens=True), "num_tokens": len(tokens),
+                            "truncated": not stopped})
+            bar.update(len(chunk))
+            continue
         gen = model.generate(
             **enc,
             do_sample=temperature > 0,
@@ -95,6 +116,7 @@ class VLLMSampler:
         self.llm = LLM(model=model_path, tensor_parallel_size=tensor_parallel_size, seed=seed,
                        trust_remote_code=trust_remote_code)
 
+    @timed_as("sampling")
     def __call__(self, prompts: list[str], *, n: int, temperature: float, top_p: float, max_new_tokens: int,
                  seed: int, **_) -> list[list[dict]]:
         from vllm import SamplingParams

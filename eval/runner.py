@@ -19,6 +19,7 @@ from pathlib import Path
 
 from data.jsonl import append_jsonl, read_jsonl_tolerant
 from data.templates import chat_user_message, is_readable_response, is_well_formed, r1_zero_prompt, think_text
+from data.timing import timed_as
 from eval.language import is_mixed
 from eval.metrics import cons_at_k, pass_at_k
 from eval.verify import grade_batch
@@ -88,6 +89,7 @@ def summarize(records: list[dict], k: int) -> dict:
     return out
 
 
+@timed_as("evaluation")
 def evaluate_rows(sampler, tokenizer, rows: list[dict], *, cfg, seed: int, out_dir: Path | None = None,
                   name: str = "task", progress: bool = True, temperature: float | None = None,
                   chunk_problems: int = 64) -> dict:

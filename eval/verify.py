@@ -85,6 +85,7 @@ import re
 import threading
 from dataclasses import dataclass
 
+from data.timing import timed_as
 from eval import verify_pool
 from eval.answers import (
     LABEL,
@@ -393,6 +394,7 @@ def _count(grades: list[Grade]) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+@timed_as("grading")
 def grade_batch(responses: list[str], golds: list[str], timeout_s: float = DEFAULT_TIMEOUT_S,
                 workers: int | None = None, problems: list[str | None] | None = None) -> list[Grade]:
     """Grade ``responses[i]`` against ``golds[i]``; math-verify work runs in parallel workers.

@@ -6,10 +6,12 @@ correct restatements (``<think>…</think> The final answer is $\\boxed{G}$.`` a
 perturbed: n → n+1, else ``G + 1``). Then, in one run:
 
 * ``grade_batch`` over all pairs (worker pool, default size), and ``is_correct`` one pair at a time;
-* math-verify in-process: ``verify(parse("$G$"), parse(response))`` on the main thread with its
-  default (signal based) timeouts — what a plain reward function would do;
+* math-verify in-process on the same extracted answers: ``verify(parse("$G$"), parse("$answer$"))`` on the
+  main thread with its default (signal based) timeouts — what a plain reward function would do;
 
-and prints answers/s, the ratio, and agreement with the intended labels. Finally it times single
+both warmed up before any timing, and prints answers/s, the ratio, and agreement with the intended
+labels; then the same for the pairs the in-process rules decide and for those that need math-verify,
+apart (the first are where the speed comes from; the second pay for the worker round trip). Finally it times single
 ``grade`` calls on adversarial inputs (exponent towers, 5,000-digit numbers, 300-deep parentheses,
 unbalanced braces, runs of 100k spaces, digits or boxes) as the response, against a number gold and
 a symbolic one, and as the gold, and reports the worst wall time.
@@ -101,7 +103,15 @@ def main() -> int:
         f"workers={verify.DEFAULT_WORKERS}, cpus={os.cpu_count()}"
     )
 
-    verify.grade("\\boxed{1}", "1")  # start the worker pool outside the timings
+    # Warm both sides outside the timings: the worker pool (every worker started and math-verify
+    # imported in each), and math-verify in this process.
+    from math_verify import parse
+    from math_verify import verify as mv_verify
+
+    logging.getLogger("math_verify").setLevel(logging.CRITICAL)
+    verify.grade_batch(["\\boxed{\\sqrt{8}}"] * verify.DEFAULT_WORKERS * 2, ["2\\sqrt{2}"] * verify.DEFAULT_WORKERS * 2)
+    mv_verify(parse("$2\\sqrt{2}$"), parse("$\\sqrt{8}$"))
+
     start = time.perf_counter()
     batch = verify.grade_batch(responses, pair_golds, timeout_s=args.timeout)
     t_batch = time.perf_counter() - start
@@ -110,12 +120,10 @@ def main() -> int:
     single = [verify.is_correct(r, g) for r, g in zip(responses, pair_golds, strict=True)]
     t_single = time.perf_counter() - start
 
-    from math_verify import parse
-    from math_verify import verify as mv_verify
-
-    logging.getLogger("math_verify").setLevel(logging.CRITICAL)
+    # Like with like: math-verify on the same extracted answers the grader compares (not the whole response)
+    answers = [verify.extract_answer(r) or "" for r in responses]
     start = time.perf_counter()
-    direct = [mv_verify(parse(f"${g}$"), parse(r)) for r, g in zip(responses, pair_golds, strict=True)]
+    direct = [mv_verify(parse(f"${g}$"), parse(f"${a}$")) for a, g in zip(answers, pair_golds, strict=True)]
     t_direct = time.perf_counter() - start
 
     def agreement(results: list[bool]) -> str:
@@ -125,16 +133,24 @@ def main() -> int:
 
     print(f"grade_batch          {rate(n, t_batch)}  {agreement([g.correct for g in batch])}")
     print(f"is_correct (1 by 1)  {rate(n, t_single)}  {agreement(single)}")
-    print(f"math-verify direct   {rate(n, t_direct)}  {agreement(direct)}")
-    print(
-        f"ratio grade_batch / direct: {t_direct / t_batch:.2f}x;  is_correct / direct: {t_direct / t_single:.2f}x"
-    )
-    fast = sum(
-        1
-        for r, g in zip(responses, pair_golds, strict=True)
-        if isinstance(verify._prepare(r, g), verify.Grade)
-    )
-    print(f"decided without math-verify (identity/number/text/hedge rules): {fast}/{n}")
+    print(f"math-verify direct   {rate(n, t_direct)}  {agreement(direct)}  (on the extracted answers)")
+
+    # The two paths apart: pairs the policy decides in this process, and pairs that need math-verify.
+    in_process = [i for i, (r, g) in enumerate(zip(responses, pair_golds, strict=True))
+                  if isinstance(verify._prepare(r, g), verify.Grade)]
+    worker = [i for i in range(n) if i not in set(in_process)]
+    for label, idx in (("in-process rules", in_process), ("math-verify workers", worker)):
+        if not idx:
+            continue
+        start = time.perf_counter()
+        verify.grade_batch([responses[i] for i in idx], [pair_golds[i] for i in idx], timeout_s=args.timeout)
+        t_path = time.perf_counter() - start
+        start = time.perf_counter()
+        for i in idx:
+            mv_verify(parse(f"${pair_golds[i]}$"), parse(f"${answers[i]}$"))
+        t_mv = time.perf_counter() - start
+        print(f"  {label:20s} {len(idx):5d} pairs: grade_batch {rate(len(idx), t_path)}; math-verify direct "
+              f"{rate(len(idx), t_mv)}; ratio {t_mv / t_path:.2f}x")
     reasons: dict[str, int] = {}
     for g in batch:
         reasons[g.reason] = reasons.get(g.reason, 0) + 1

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from data.faults import fault_point
+from data.timing import timed_as
 
 
 def set_seed(seed: int) -> None:
@@ -97,6 +98,7 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+@timed_as("loading")
 def load_tokenizer(path_or_id: str, *, trust_remote_code: bool = False):
     """``AutoTokenizer``, except for a local tokenizer saved as a plain ``TokenizersBackend`` (the tiny
     default's): transformers 5 maps every ``qwen2`` checkpoint to ``Qwen2Tokenizer``, which rebuilds the
@@ -124,6 +126,7 @@ def check_model_ref(ref: str) -> None:
         raise FileNotFoundError(f"model {ref!r}: no such folder")
 
 
+@timed_as("loading")
 def load_model_and_tokenizer(path_or_id: str, *, device: torch.device, trust_remote_code: bool, dtype=None):
     """Load a causal LM and its tokenizer from a local checkpoint or hub id (never fetches remote code
     unless the recipe sets ``trust_remote_code``)."""
@@ -152,6 +155,7 @@ def load_sampler(recipe, model_path: str, *, backend: str = "transformers", batc
     return make_sampler("transformers", model=model, tokenizer=tokenizer, batch_size=batch_size), tokenizer
 
 
+@timed_as("saving")
 def save_model_atomically(model, tokenizer, target: Path) -> Path:
     """save_pretrained into ``.<name>.tmp`` beside ``target``, then rename it into place. A save that
     fails (a full disk) removes its partial folder and leaves ``target`` as it was."""

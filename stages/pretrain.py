@@ -27,6 +27,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from data.corpus import DOC_TYPES, corpus_documents
 from data.faults import fault_point
 from data.taskworld import TaskWorld
+from data.timing import timed_as
 from data.tokenizer import add_summary_tokens, build_tokenizer
 from stages.common import set_seed
 
@@ -130,6 +131,7 @@ def make_batches(docs, rows, batch_size: int, how: str, rng: random.Random) -> l
     return batches
 
 
+@timed_as("pretraining")
 def pretrain_tiny(recipe, log=print):
     """Build tokenizer + model and pretrain them; returns (model, tokenizer, stats)."""
     cfg = recipe.base

@@ -21,6 +21,7 @@ import shutil
 from pathlib import Path
 
 from data.jsonl import atomic_write_json, atomic_write_text, read_jsonl_tolerant
+from data.timing import KINDS
 from eval import verdicts
 from eval.plots import plot_step_curves, plot_training
 from eval.stats import METHOD, estimate, per_problem
@@ -195,6 +196,31 @@ def _budget(b: dict) -> str:
 # -- the page ----------------------------------------------------------------------------------
 
 
+def time_rows(run: dict) -> list[list[str]]:
+    """Where the minutes went: one row per stage (and per sub-step of stage 4), one column per kind of
+    work (``data/timing.py``), in seconds; stages measured before this was recorded show "–"."""
+    rows = []
+    for stage, title in STAGE_TITLES.items():
+        m = run[stage]
+        if m is None:
+            continue
+        metrics = m.data.get("metrics", {})
+        kinds = metrics.get("time_by_kind")
+        wall = metrics.get("wall_seconds")
+        rows.append([title, f"{wall:.0f}" if wall else "–"] + [_seconds(kinds, k) for k in KINDS])
+        for name, sub in (metrics.get("substeps") or {}).items():
+            rows.append([f"  {name}", f"{sub['seconds']:.0f}" if sub.get("seconds") else "–"]
+                        + [_seconds(sub.get("time_by_kind"), k) for k in KINDS])
+    return rows
+
+
+def _seconds(kinds: dict | None, kind: str) -> str:
+    if kinds is None:
+        return "–"
+    value = kinds.get(kind)
+    return f"{value:.0f}" if value else ""
+
+
 def distill_table(run: dict) -> list[list[str]]:
     d, c = run["distill"], run["distill_rl"]
     rows = []
@@ -234,7 +260,11 @@ def build_report(run_dir: Path) -> Path:
              f"own temperature, in column T); stages 2 onwards in the chat template. pass@1 is shown with its 95% "
              f"interval ({METHOD}). `–`: not measured; `missing`: the stage has not run.", "",
              _table(["stage", "status", "T", "pass@1 [95% CI]", "cons@k", "pass@k", "mean length", "language mix",
-                     "wall", "peak memory"], stage_rows(run, run_dir)), "", "## Findings", ""]
+                     "wall", "peak memory"], stage_rows(run, run_dir)), "",
+             "Where the minutes go, in seconds of wall time (each second counted once, for the innermost kind of "
+             "work: an evaluation's sampling is `sampling`; GRPO's rollouts are `training`; `startup` is the "
+             "process's start to the stage body):", "",
+             _table(["stage", "wall", *KINDS], time_rows(run)), "", "## Findings", ""]
     seeds = _seeds(run_dir)
     parts.append(f"Training seeds measured: {seeds}" + (" (one seed: run `make findings` for more)"
                                                           if len(seeds) == 1 else " (`make findings`)") + ".")

@@ -49,6 +49,7 @@ from transformers import TrainerCallback
 from data.faults import fault_point, trainer_faults
 from data.jsonl import append_jsonl, atomic_write_json, read_jsonl_tolerant
 from data.templates import is_readable_response, is_well_formed, think_text
+from eval.decode import fast_generate, supports
 from eval.language import is_mixed
 from stages import rewards as R
 from stages.common import (
@@ -443,33 +444,35 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
 
     # -- model, data, and the "before" evaluation --------------------------------------------
     dtype = torch.bfloat16 if bf16 else torch.float32
-    set_seed(seed)
-    model, tokenizer = load_model_and_tokenizer(model_ref, device=device, trust_remote_code=recipe.trust_remote_code,
-                                                dtype=dtype)
-    if m.data["inputs"]["model"] is None:
-        m.set_input_model(model_ref)
-    context = getattr(model.config, "max_position_embeddings", None)
-    skipped = {}
-    if context:
-        train_rows, too_long = fit_prompts(train_rows, build_prompt, tokenizer, context - cfg.max_completion_length,
-                                           data_source)
-        if too_long:
-            skipped["prompt longer than the context"] = too_long
-            log.warning("%d prompts of %s do not fit the context with room for the completion: skipped",
-                        too_long, data_source)
-    m.add_input_data(data_name, data_source, rows_used=len(train_rows), skipped=skipped)
-    reused = ctx.reuse.get("eval_before")  # the same model, rows and protocol, measured by another run
-    if "eval_before" not in m.data["metrics"] and is_main():
-        if reused is not None and (Path(reused) / "results.json").is_file():
-            shutil.copytree(reused, out / "eval_before", dirs_exist_ok=True)
-            summary = json.loads((out / "eval_before" / "results.json").read_text(encoding="utf-8"))
-            m.update_metrics(eval_before=summary, eval_before_from=str(reused))
-        else:
-            log.info("evaluating %d held-out problems before training", len(eval_rows))
-            m.update_metrics(eval_before=evaluate(recipe, model, tokenizer, eval_rows, out / "eval_before",
-                                                     model_ref, eval_template))
-        log.info("before: %s", _describe(m.data["metrics"]["eval_before"]))
-    barrier()
+    finished = start.done and "eval_before" in m.data["metrics"]  # a resumed run with nothing left but "after"
+    if not finished:
+        set_seed(seed)
+        model, tokenizer = load_model_and_tokenizer(model_ref, device=device, trust_remote_code=recipe.trust_remote_code,
+                                                    dtype=dtype)
+        if m.data["inputs"]["model"] is None:
+            m.set_input_model(model_ref)
+        context = getattr(model.config, "max_position_embeddings", None)
+        skipped = {}
+        if context:
+            train_rows, too_long = fit_prompts(train_rows, build_prompt, tokenizer, context - cfg.max_completion_length,
+                                               data_source)
+            if too_long:
+                skipped["prompt longer than the context"] = too_long
+                log.warning("%d prompts of %s do not fit the context with room for the completion: skipped",
+                            too_long, data_source)
+        m.add_input_data(data_name, data_source, rows_used=len(train_rows), skipped=skipped)
+        reused = ctx.reuse.get("eval_before")  # the same model, rows and protocol, measured by another run
+        if "eval_before" not in m.data["metrics"] and is_main():
+            if reused is not None and (Path(reused) / "results.json").is_file():
+                shutil.copytree(reused, out / "eval_before", dirs_exist_ok=True)
+                summary = json.loads((out / "eval_before" / "results.json").read_text(encoding="utf-8"))
+                m.update_metrics(eval_before=summary, eval_before_from=str(reused))
+            else:
+                log.info("evaluating %d held-out problems before training", len(eval_rows))
+                m.update_metrics(eval_before=evaluate(recipe, model, tokenizer, eval_rows, out / "eval_before",
+                                                         model_ref, eval_template))
+            log.info("before: %s", _describe(m.data["metrics"]["eval_before"]))
+        barrier()
 
     # -- training ------------------------------------------------------------------------------
     if start.done:
@@ -486,6 +489,10 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
             m.data["metrics"].setdefault("eval_steps", {})[str(step)] = summary
             m.save()
             log.info("step %d: %s", step, _describe(summary))
+
+        if device.type == "cpu" and cfg.lora is None and not cfg.setting("use_vllm") and supports(model):
+            # GRPO's rollouts go through model.generate: on the CPU default, the KV-cache loop instead
+            model.generate = fast_generate(model)
 
         def make_trainer():
             log.info("GRPO: %d steps × %d prompts × %d samples, loss %s, lr %.1e, beta %g, %s, %s", cfg.steps,

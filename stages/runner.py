@@ -22,10 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from data import timing
 from stages.common import barrier, init_distributed, is_main, peak_rss_mb, rank
 from stages.manifest import MANIFEST_NAME, Manifest, ManifestError, require_parent
 
 log = logging.getLogger("r1")
+_first_stage_of_process = True
 
 # The stage table: stage → (module[:function] of its body, the stage it builds on). A stage's parent is
 # declared here and nowhere else: run_stage checks it (require_parent) before the body runs.
@@ -111,6 +113,10 @@ def run_stage(recipe, stage: str, body: Callable[[StageContext], Path | str | No
     setup_logging(stage_dir / ("stage.log" if is_main() else f"stage.rank{rank()}.log"))
     manifest = Manifest.start(stage_dir, stage, recipe, parent=parent, resumed=resumed)
     ctx = StageContext(recipe, stage, stage_dir, manifest, parent, resumed, dict(reuse or {}))
+    global _first_stage_of_process
+    startup = timing.process_age() if _first_stage_of_process else 0.0  # interpreter, imports, recipe
+    _first_stage_of_process = False
+    timing.reset()
     t0 = time.time()
     try:
         output = body(ctx)
@@ -118,7 +124,12 @@ def run_stage(recipe, stage: str, body: Callable[[StageContext], Path | str | No
         manifest.data["metrics"]["wall_seconds"] = time.time() - t0
         manifest.fail(f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}")
         raise
-    manifest.update_metrics(wall_seconds=round(time.time() - t0, 1), peak_rss_mb=round(peak_rss_mb(), 1))
+    wall = time.time() - t0
+    kinds = timing.snapshot()
+    kinds["other"] = round(max(0.0, wall - sum(kinds.values())), 1)
+    if startup:
+        kinds["startup"] = round(startup, 1)
+    manifest.update_metrics(wall_seconds=round(wall, 1), peak_rss_mb=round(peak_rss_mb(), 1), time_by_kind=kinds)
     if isinstance(output, str) and not Path(output).exists():
         manifest.data["output"]["model_ref"] = output  # a hub id: nothing local to hash
         manifest.complete(None)

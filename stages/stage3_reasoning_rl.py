@@ -48,6 +48,10 @@ def run_without_comparison(ctx, callbacks=None) -> Path:
     """Stage 3's training and evaluations alone (the findings' extra seeds and variants)."""
     recipe = ctx.recipe
     ref = model_ref(ctx.parent)
+    # stage 2 evaluated this very model on the same rows with the same protocol: its "after" is our "before"
+    parent_eval = Path(ctx.parent.path).parent / "eval_after"
+    if ref == ctx.parent.checkpoint and (parent_eval / "results.json").is_file():
+        ctx.reuse.setdefault("eval_before", parent_eval)
     train_rows, skipped, source = load_rows(recipe.data.train, recipe)
     eval_rows, _, eval_source = load_rows(recipe.data.test, recipe)
     log.info("stage3 (reasoning RL): %s, %d train problems from %s (skipped: %s), %d held-out from %s",

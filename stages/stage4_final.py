@@ -54,6 +54,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from data import general as G
+from data import timing
 from data.datasets import load_general, load_preference_pairs, load_rows
 from data.jsonl import read_jsonl, write_jsonl_atomic
 from data.templates import chat_user_message, summary_of
@@ -121,7 +122,7 @@ def run(ctx, callbacks=None) -> Path:
 def substep(manifest, name: str):
     """``with substep(manifest, name):`` records the sub-step's status and duration in the manifest's
     ``metrics.substeps`` (a sub-step that raises stays recorded as ``running``)."""
-    t0 = time.time()
+    t0, kinds_before = time.time(), timing.snapshot()
     entries = manifest.data["metrics"]["substeps"]
     if entries.get(name, {}).get("status") != "complete":
         entries[name] = {"status": "running"}
@@ -129,7 +130,9 @@ def substep(manifest, name: str):
     log.info("stage4: sub-step %s", name)
     yield
     if entries[name].get("status") != "complete":
-        entries[name] = {"status": "complete", "seconds": round(time.time() - t0, 1)}
+        kinds = {k: round(v - kinds_before.get(k, 0.0), 1) for k, v in timing.snapshot().items()}
+        entries[name] = {"status": "complete", "seconds": round(time.time() - t0, 1),
+                         "time_by_kind": {k: v for k, v in kinds.items() if v > 0}}
         manifest.save()
 
 
@@ -218,13 +221,21 @@ def reward_model_step(ctx, name: str, general_train: list[dict], *, init_ref: st
     return str(train_reward_model(ctx, spec, pairs=pairs, init_ref=init_ref, name=f"rm_{name}"))
 
 
+_ON_POLICY_ANSWERS: dict[tuple, list[list[str]]] = {}
+
+
 def on_policy_pairs(recipe, policy: str, rows: list[dict], name: str, samples: int = 4) -> list[dict]:
     """Preference pairs over the policy's own answers, judged by the tiny world's rules: for helpfulness,
     the reference over each of the policy's unhelpful answers to a benign prompt; for harmlessness, the
     refusal over each of its answers that comply with a harmful request. A reward model trained on
     clean procedural pairs alone scored the policy's malformed answers at random, and the final RL
     learnt to exploit that; real reward models are trained on the policy's outputs in the same way."""
-    answers = sample_general(recipe, policy, rows, n=samples, temperature=1.0, top_p=1.0, desc="on-policy pairs")
+    key = (policy, tuple(r["id"] for r in rows), samples, recipe.seed)
+    if key not in _ON_POLICY_ANSWERS:  # both reward models ask the same prompts of the same policy: sample once
+        _ON_POLICY_ANSWERS.clear()
+        _ON_POLICY_ANSWERS[key] = sample_general(recipe, policy, rows, n=samples, temperature=1.0, top_p=1.0,
+                                                 desc="on-policy pairs")
+    answers = _ON_POLICY_ANSWERS[key]
     pairs = []
     for row, outs in zip(rows, answers, strict=True):
         for text in dict.fromkeys(t.strip() for t in outs):

@@ -38,6 +38,7 @@ import torch
 from transformers import TrainerCallback
 
 from data.jsonl import append_jsonl, read_jsonl_tolerant
+from data.timing import timed
 from stages.common import barrier, is_main, pick_device, save_model_atomically, world_size
 
 log = logging.getLogger("r1")
@@ -285,7 +286,8 @@ def fit(make_trainer: Callable[[], object], start: Start, steps: int, model):
         log.info("training had finished (%s); taking its weights", start.resume_from)
         return trained_weights(model, start.resume_from), start.from_step, None
     trainer = make_trainer()
-    trainer.train(resume_from_checkpoint=str(start.resume_from) if start.resume_from else None)
+    with timed("training"):
+        trainer.train(resume_from_checkpoint=str(start.resume_from) if start.resume_from else None)
     return merged(trainer.accelerator.unwrap_model(trainer.model)), trainer.state.global_step, trainer
 
 

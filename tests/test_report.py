@@ -189,7 +189,8 @@ def fixture_run(tmp_path, after_rates):
     before, after = with_lengths(records(LOW), 20), with_lengths(records(after_rates), 40)
     _write(r.stage_dir("stage1") / "eval_before" / "samples.jsonl", before)
     _write(r.stage_dir("stage1") / "eval_after" / "samples.jsonl", after)
-    _stage(r, "stage1", base, eval_before=_summary(before), eval_after=_summary(after), train={"steps": 80})
+    _stage(r, "stage1", base, eval_before=_summary(before), eval_after=_summary(after), train={"steps": 80},
+           time_by_kind={"startup": 4.0, "training": 70.0, "sampling": 12.0, "grading": 3.0})
     rows = [{"step": s, "accuracy": 0.2 + 0.01 * s, "mean_length": 30 + s, "format_rate": 0.9} for s in range(1, 11)]
     (r.stage_dir("stage1") / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
     return r.stage_dir("base").parent
@@ -198,8 +199,15 @@ def fixture_run(tmp_path, after_rates):
 def test_report_shows_measured_and_missing_stages_with_intervals(tmp_path):
     path = build_report(fixture_run(tmp_path, HIGH))
     text = path.read_text()
-    table = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    results, minutes = text.split("Where the minutes go")
+    table = {line.split(" | ")[0].strip("| "): line for line in results.splitlines() if line.startswith("| ")}
     stage1 = table["stage 1: R1-Zero (RL from the base)"]
+    times = {line.split(" | ")[0].strip("| "): line for line in minutes.split("## Findings")[0].splitlines()
+             if line.startswith("| ")}
+    # stage | wall | startup | loading | sampling | grading | evaluation | training | ...: unmeasured kinds blank
+    assert times["stage 1: R1-Zero (RL from the base)"].startswith(
+        "| stage 1: R1-Zero (RL from the base) | 90 | 4 |  | 12 | 3 |  | 70 |")
+    assert "| – | – |" in times["base model (probe, R1-Zero template)"]  # measured before timing: said so
     assert "| complete | 0.6 | 0.750 [0.750, 0.750] |" in stage1 and "1.5 min" in stage1
     assert "| 1.0 |" in table["base model (probe, R1-Zero template)"]  # the probe's own temperature
     for missing in ("stage 3: reasoning RL", "stage 4: rejection SFT + all-scenario RL", "distillation"):

@@ -1,0 +1,198 @@
+"""Batched sampling with a preallocated KV cache, for the decoder-only models the CPU default trains.
+
+transformers' ``generate`` spends much of a small model's time on bookkeeping, not arithmetic: its
+dynamic cache concatenates the whole key/value cache at every layer and step, and rows stay in the
+batch until the longest has finished (docs/experiments.md has the profile). This loop does the same
+sampling with less of it:
+
+- **prefill**: the model's own forward pass over the left-padded prompts (``attention_mask`` and
+  ``position_ids`` as ``generate`` builds them), whose keys and values are copied once into a cache
+  preallocated for ``prompt + max_new_tokens`` positions;
+- **decode**: one token per active row per step, computed with the model's own modules (embedding,
+  RMSNorms, projections, rotary embedding, MLP, head), attention over the filled part of the cache
+  (``scaled_dot_product_attention``, the padding masked), the new key and value written in place;
+- **finished rows leave the batch**: rows that emitted a stop token (or ran out of tokens) are
+  dropped from the computation, and the cache is compacted once a quarter of the rows has finished;
+- **sampling** as ``generate``'s warpers do it: temperature, then top-p (the smallest set of tokens
+  whose probability reaches ``top_p``, at least one kept), then a multinomial draw from a generator
+  seeded per call (temperature 0: greedy).
+
+Greedy outputs equal ``generate``'s (``tests/test_decode.py``); sampled outputs follow the same
+distribution but not the same random draws. Supported: the Qwen2/Llama family of architectures
+(pre-norm decoder layers with ``self_attn.{q,k,v,o}_proj`` and ``mlp``, rotary embeddings computed by
+``model.model.rotary_emb``); anything else raises ``NotImplementedError``, and callers use
+``generate`` (``eval.generate.sample`` picks).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["decode", "fast_generate", "supports"]
+
+_COMPACT_SHARE = 0.25  # compact the cache once this share of the batch has finished
+
+
+SUPPORTED = ("qwen2", "llama")  # model types whose layers are exactly the ones this loop computes
+
+
+def supports(model) -> bool:
+    """Whether :func:`decode` can run ``model``: a Qwen2 or Llama decoder, without sliding-window
+    attention, as a plain (not LoRA-wrapped) transformers model."""
+    config = getattr(model, "config", None)
+    inner = getattr(model, "model", None)
+    return (config is not None and getattr(config, "model_type", "") in SUPPORTED
+            and not getattr(config, "use_sliding_window", False)
+            and hasattr(inner, "layers") and hasattr(inner, "rotary_emb") and hasattr(model, "lm_head"))
+
+
+def _top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """``generate``'s TopPLogitsWarper: tokens outside the smallest set whose probability reaches
+    ``top_p`` get -inf (at least one token is kept). logits: (rows, vocab)."""
+    sorted_logits, order = torch.sort(logits, descending=False)
+    cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+    remove = cumulative <= (1 - top_p)
+    remove[:, -1] = False
+    return logits.masked_fill(remove.scatter(1, order, remove), float("-inf"))
+
+
+def _next_tokens(logits: torch.Tensor, temperature: float, top_p: float, generator) -> torch.Tensor:
+    """One token per row from the last position's logits (rows, vocab) → (rows,)."""
+    if temperature <= 0:
+        return logits.argmax(dim=-1)
+    logits = logits / temperature
+    if top_p < 1.0:
+        logits = _top_p(logits, top_p)
+    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
+
+
+@torch.inference_mode()
+def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, max_new_tokens: int,
+           temperature: float, top_p: float, stop_ids: list[int], generator: torch.Generator | None = None
+           ) -> list[tuple[list[int], bool]]:
+    """Sample up to ``max_new_tokens`` tokens after each row of ``input_ids`` (left-padded, with its
+    ``attention_mask``). Returns, per row, (the new token ids, the stop token included if there was one;
+    whether it stopped before the limit)."""
+    if not supports(model):
+        raise NotImplementedError(f"{type(model).__name__}: no KV-cache decoder for this architecture")
+    config, inner = model.config, model.model
+    batch, prompt_len = input_ids.shape
+    device = input_ids.device
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", heads)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    groups = heads // kv_heads
+    total = prompt_len + max_new_tokens
+    stops = torch.tensor(sorted(set(stop_ids)), device=device)
+
+    # -- prefill: the model's own forward pass, its cache copied into preallocated buffers -----------
+    positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # as generate: left padding → 0
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=True)
+    cache = out.past_key_values
+    first_logits = out.logits[:, -1, :].float()
+    del out
+    dtype = cache.layers[0].keys.dtype
+    keys = [torch.zeros(batch, kv_heads, total, head_dim, dtype=dtype, device=device) for _ in inner.layers]
+    values = [torch.zeros_like(k) for k in keys]
+    for i, layer in enumerate(cache.layers):
+        keys[i][:, :, :prompt_len] = layer.keys  # (batch, kv_heads, prompt_len, head_dim)
+        values[i][:, :, :prompt_len] = layer.values
+    del cache
+    # valid[r, s]: slot s of row r holds a real token (the left padding does not)
+    valid = torch.zeros(batch, total, dtype=torch.bool, device=device)
+    valid[:, :prompt_len] = attention_mask.bool()
+    next_position = attention_mask.long().sum(-1)  # (batch,) the position of each row's next token
+
+    rows = torch.arange(batch, device=device)  # which original row each batch slot holds
+    live = torch.ones(batch, dtype=torch.bool, device=device)  # slots whose row has not finished
+    new_tokens: list[list[int]] = [[] for _ in range(batch)]
+    stopped = [False] * batch
+    token = _next_tokens(first_logits, temperature, top_p, generator)
+
+    for step in range(max_new_tokens):
+        # -- record the token each live row just produced; retire the rows that stopped -------------
+        done = torch.isin(token, stops) & live
+        for row, tok, is_live, is_done in zip(rows.tolist(), token.tolist(), live.tolist(), done.tolist(), strict=True):
+            if is_live:
+                new_tokens[row].append(tok)
+                stopped[row] = is_done
+        live = live & ~done
+        if step == max_new_tokens - 1 or not bool(live.any()):
+            break
+        if float((~live).float().mean()) >= _COMPACT_SHARE:  # drop finished rows from the computation
+            keep = live.nonzero().squeeze(1)
+            rows, token, next_position, valid, live = rows[keep], token[keep], next_position[keep], valid[keep], live[keep]
+            keys = [k[keep] for k in keys]
+            values = [v[keep] for v in values]
+
+        # -- one decode step for the active rows: (rows, 1, hidden) through every layer -------------
+        slot = prompt_len + step  # the cache slot of this step's token, the same for every row
+        valid[:, slot] = True
+        position = next_position.unsqueeze(1)  # (rows, 1)
+        hidden = inner.embed_tokens(token.unsqueeze(1))
+        cos, sin = inner.rotary_emb(hidden, position)  # (rows, 1, head_dim)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (rows, 1, 1, head_dim): broadcast over heads
+        mask = valid[:, None, None, : slot + 1]  # (rows, 1, 1, filled): attend to real tokens only
+        n = hidden.shape[0]
+        for i, layer in enumerate(inner.layers):
+            attn = layer.self_attn
+            h = layer.input_layernorm(hidden)
+            q = attn.q_proj(h).view(n, 1, heads, head_dim).transpose(1, 2)  # (rows, heads, 1, head_dim)
+            k = attn.k_proj(h).view(n, 1, kv_heads, head_dim).transpose(1, 2)
+            v = attn.v_proj(h).view(n, 1, kv_heads, head_dim).transpose(1, 2)
+            q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+            keys[i][:, :, slot : slot + 1] = k
+            values[i][:, :, slot : slot + 1] = v
+            k_all, v_all = keys[i][:, :, : slot + 1], values[i][:, :, : slot + 1]
+            if groups > 1:
+                k_all, v_all = k_all.repeat_interleave(groups, dim=1), v_all.repeat_interleave(groups, dim=1)
+            a = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, scale=1 / math.sqrt(head_dim))
+            hidden = hidden + attn.o_proj(a.transpose(1, 2).reshape(n, 1, heads * head_dim))
+            hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+        logits = model.lm_head(inner.norm(hidden))[:, -1, :].float()  # (rows, vocab)
+        token = _next_tokens(logits, temperature, top_p, generator)
+        next_position = next_position + 1
+    return [(new_tokens[r], stopped[r]) for r in range(batch)]
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def fast_generate(model):
+    """A ``generate`` for ``model`` that runs :func:`decode` when the generation config asks for what it
+    does (sampling with temperature and top-p, or greedy; no top-k, min-p, repetition penalty, beams),
+    and the model's own ``generate`` otherwise. It returns what ``generate`` returns: the prompt and
+    completion ids, (rows, prompt + longest completion), right-padded with the pad token; draws come from
+    the global torch generator, as ``generate``'s do. Set it as the model's ``generate`` so that a trainer
+    that samples through ``model.generate`` (TRL's GRPOTrainer without vLLM) samples through this loop."""
+    original = model.generate
+
+    def generate(input_ids=None, attention_mask=None, generation_config=None, **kwargs):
+        config = generation_config or model.generation_config
+        plain = (input_ids is not None and not kwargs.get("inputs_embeds") and getattr(config, "num_beams", 1) == 1
+                 and not (getattr(config, "top_k", 0) or 0) and getattr(config, "min_p", None) is None
+                 and (getattr(config, "repetition_penalty", 1.0) or 1.0) == 1.0 and supports(model))
+        if not plain:
+            return original(input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config,
+                            **kwargs)
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        eos = config.eos_token_id
+        stop_ids = [eos] if isinstance(eos, int) else list(eos or [])
+        pad = config.pad_token_id if config.pad_token_id is not None else (stop_ids[0] if stop_ids else 0)
+        rows = decode(model, input_ids, attention_mask, max_new_tokens=config.max_new_tokens,
+                      temperature=config.temperature if config.do_sample else 0.0,
+                      top_p=config.top_p if config.do_sample and config.top_p is not None else 1.0,
+                      stop_ids=stop_ids)
+        width = max((len(tokens) for tokens, _ in rows), default=0)
+        completions = torch.full((len(rows), width), pad, dtype=input_ids.dtype, device=input_ids.device)
+        for i, (tokens, _) in enumerate(rows):
+            completions[i, : len(tokens)] = torch.tensor(tokens, dtype=input_ids.dtype)
+        return torch.cat([input_ids, completions], dim=1)
+
+    return generate

@@ -1,0 +1,128 @@
+"""The KV-cache decoder (eval/decode.py) samples as transformers' generate does: the same greedy
+tokens, the same distribution, finished rows leaving the batch without changing the others."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from eval.decode import decode, supports
+
+STOP = 3
+
+
+def model_with(kv_heads: int = 2, seed: int = 0) -> Qwen2ForCausalLM:
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=kv_heads, intermediate_size=64, max_position_embeddings=128,
+                         eos_token_id=STOP, pad_token_id=0, tie_word_embeddings=True)
+    model = Qwen2ForCausalLM(config).eval()
+    with torch.no_grad():  # sharper logits than the random init's, so that greedy choices are clear
+        model.lm_head.weight.mul_(8.0)
+    return model
+
+
+def left_padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    return ids, mask
+
+
+PROMPTS = [[5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15, 16], [17], [18, 19, 20, 21, 22, 23, 24, 25], [26, 27, 28]]
+
+
+def generate_greedy(model, ids, mask, n):
+    out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=n, eos_token_id=STOP,
+                         pad_token_id=0)[:, ids.shape[1]:]
+    rows = []
+    for row in out.tolist():
+        tokens = []
+        for t in row:
+            tokens.append(t)
+            if t == STOP:
+                break
+        rows.append(tokens)
+    return rows
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2], ids=["mha", "gqa"])
+def test_greedy_tokens_equal_generate(kv_heads):
+    model = model_with(kv_heads)
+    ids, mask = left_padded(PROMPTS)
+    ours = decode(model, ids, mask, max_new_tokens=20, temperature=0.0, top_p=1.0, stop_ids=[STOP])
+    assert [tokens for tokens, _ in ours] == generate_greedy(model, ids, mask, 20)
+    assert [stopped for _, stopped in ours] == [bool(t) and t[-1] == STOP for t, _ in ours]
+
+
+def test_rows_that_finish_early_do_not_change_the_others():
+    """One prompt alone and in a batch whose other rows stop at once: the same tokens (the cache
+    compaction that drops finished rows keeps every live row's keys and values)."""
+    model = model_with()
+    ids, mask = left_padded(PROMPTS)
+    together = decode(model, ids, mask, max_new_tokens=24, temperature=0.0, top_p=1.0, stop_ids=[STOP])
+    for i, prompt in enumerate(PROMPTS):
+        alone_ids, alone_mask = left_padded([prompt])
+        alone = decode(model, alone_ids, alone_mask, max_new_tokens=24, temperature=0.0, top_p=1.0, stop_ids=[STOP])
+        assert alone[0] == together[i]
+
+
+def test_sampling_follows_the_models_distribution_and_the_seed():
+    model = model_with()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(1 / 8.0)  # back to a spread-out distribution
+    ids, mask = left_padded([[5, 6, 7]] * 4000)
+    with torch.no_grad():
+        probs = model(ids[:1], attention_mask=mask[:1]).logits[0, -1].softmax(-1)
+    first = decode(model, ids, mask, max_new_tokens=1, temperature=1.0, top_p=1.0, stop_ids=[STOP],
+                   generator=torch.Generator().manual_seed(0))
+    counts = torch.bincount(torch.tensor([t[0] for t, _ in first]), minlength=probs.numel()).float()
+    assert 0.5 * (counts / counts.sum() - probs).abs().sum() < 0.05  # total variation distance
+    again = decode(model, ids, mask, max_new_tokens=1, temperature=1.0, top_p=1.0, stop_ids=[STOP],
+                   generator=torch.Generator().manual_seed(0))
+    assert again == first
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p():
+    model = model_with()
+    ids, mask = left_padded([[5, 6, 7]] * 500)
+    with torch.no_grad():
+        probs = model(ids[:1], attention_mask=mask[:1]).logits[0, -1].softmax(-1)
+    top = torch.sort(probs, descending=True)
+    keep = int((top.values.cumsum(0) < 0.5).sum()) + 1
+    allowed = set(top.indices[:keep].tolist())
+    sampled = decode(model, ids, mask, max_new_tokens=1, temperature=1.0, top_p=0.5, stop_ids=[STOP],
+                     generator=torch.Generator().manual_seed(1))
+    assert {t[0] for t, _ in sampled} <= allowed
+
+
+def test_other_architectures_are_refused():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=40, n_embd=32, n_layer=1, n_head=2))
+    assert supports(model_with()) and not supports(gpt2)
+    with pytest.raises(NotImplementedError):
+        ids, mask = left_padded([[5, 6]])
+        decode(gpt2, ids, mask, max_new_tokens=2, temperature=0.0, top_p=1.0, stop_ids=[STOP])
+
+
+def test_fast_generate_returns_what_generate_returns():
+    """As the model's generate (how GRPO's rollouts reach it): the same ids, prompt included, padded the
+    same way; options the loop does not implement go to the model's own generate."""
+    from transformers import GenerationConfig
+
+    from eval.decode import fast_generate
+
+    model = model_with()
+    ids, mask = left_padded(PROMPTS)
+    config = GenerationConfig(do_sample=False, max_new_tokens=12, eos_token_id=[STOP], pad_token_id=0)
+    expected = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    ours = fast_generate(model)(input_ids=ids, attention_mask=mask, generation_config=config)
+    assert torch.equal(ours, expected)
+    calls = []
+    model_generate = model.generate
+    model.generate = lambda **kw: calls.append(kw) or model_generate(**kw)
+    top_k = GenerationConfig(do_sample=True, top_k=5, max_new_tokens=4, eos_token_id=[STOP], pad_token_id=0)
+    fast_generate(model)(input_ids=ids, attention_mask=mask, generation_config=top_k)
+    assert len(calls) == 1  # top-k: not the loop's
