@@ -55,14 +55,16 @@ class Candidate:
     completion: str  # what the model (or the user set) answered, graded against ``answer``
     lang: str | None
     source: str  # "stage1" or "user"
+    correct: bool | None = None  # None: grade it; True: graded correct already by ``eval.rejection``
 
 
 def candidate_from_rl(row: dict) -> Candidate:
-    """A row of ``cold_start_candidates.jsonl`` (written by ``stages/rl.py``)."""
+    """A row of ``cold_start_candidates.jsonl`` (written by ``stages/rl.py``), or a sample kept by
+    ``eval.rejection`` (its ``drop`` is None: graded correct by the same verifiers, not graded again)."""
     completion = row["completion"]
     return Candidate(id=row["id"], problem=row["problem"], answer=str(row["answer"]),
                      reasoning=(think_text(completion) or "").strip(), completion=completion,
-                     lang=row.get("lang"), source="stage1")
+                     lang=row.get("lang"), source="stage1", correct=True if "drop" in row and row["drop"] is None else None)
 
 
 def candidate_from_user(row: dict) -> Candidate:
@@ -107,12 +109,14 @@ def build_cold_start(candidates: list[Candidate], cfg, *, language_target: str =
     drops: Counter = Counter()
     order = list(candidates)
     random.Random(seed).shuffle(order)
-    grades = grade_batch([c.completion for c in order], [c.answer for c in order], problems=[c.problem for c in order])
+    todo = [c for c in order if c.correct is None]
+    grades = iter(grade_batch([c.completion for c in todo], [c.answer for c in todo], problems=[c.problem for c in todo]))
     kept: list[dict] = []
     seen: set[tuple[str, str]] = set()
     per_problem: Counter = Counter()
-    for c, g in zip(order, grades, strict=True):
-        reason = _drop_reason(c, g.correct, cfg, language_target)
+    for c in order:
+        correct = next(grades).correct if c.correct is None else c.correct
+        reason = _drop_reason(c, correct, cfg, language_target)
         key = (c.id, " ".join(c.reasoning.split()))
         if reason is None:  # a duplicate of any sample that passed the filters, kept or capped
             reason = "duplicate" if key in seen else None

@@ -91,7 +91,7 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, max_
     # -- prefill: the model's own forward pass, its cache copied into preallocated buffers -----------
     positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # as generate: left padding → 0
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=True)
-    cache = out.past_key_values
+    cache = out.cache if "cache" in out else out.past_key_values  # transformers ≥ 5.2x renamed it
     first_logits = out.logits[:, -1, :].float()
     del out
     dtype = cache.layers[0].keys.dtype

@@ -65,11 +65,13 @@ def clean_reason(completion: str, *, lang: str | None, max_paragraph_chars: int,
 def judge_prompt(row: dict, completions: list[str], cfg) -> list[str | None]:
     """Verdicts for one prompt's samples, in order: None (kept) or a drop reason. ``cfg`` has
     ``max_kept_per_prompt``, ``max_paragraph_chars``, ``max_repeat_share``, ``language_target``."""
-    grades = grade_batch(completions, [str(row["answer"])] * len(completions),
-                         problems=[row.get("problem")] * len(completions))
+    distinct = list(dict.fromkeys(completions))  # a sharpened model repeats itself: grade each text once
+    graded = dict(zip(distinct, grade_batch(distinct, [str(row["answer"])] * len(distinct),
+                                            problems=[row.get("problem")] * len(distinct)), strict=True))
     verdicts: list[str | None] = []
     kept: set[str] = set()
-    for text, g in zip(completions, grades, strict=True):
+    for text in completions:
+        g = graded[text]
         reason = "no_answer" if g.pred is None or not has_final_answer(text) else None if g.correct else "incorrect"
         reason = reason or clean_reason(text, lang=row.get("lang") or cfg.language_target,
                                         max_paragraph_chars=cfg.max_paragraph_chars,

@@ -47,10 +47,29 @@ log = logging.getLogger("r1")
 
 
 def sft_config(cfg, *, output_dir: Path, seed: int, device: torch.device, bf16: bool, steps: int):
-    """(TRL's SFTConfig, the settings given to it) for an SFTSpec section."""
+    """(TRL's SFTConfig, the settings given to it) for an SFTSpec section.
+
+    Padding-free batches (the project's default, ``padding_free``): TRL concatenates a batch's examples
+    into one row whose ``position_ids`` restart at 0 for each, and transformers builds a block-diagonal
+    causal mask from them, so the loss is the padded batch's on fewer tokens. TRL then cannot truncate
+    (it refuses a ``max_length`` without packing); :func:`fit_rows` has already dropped the rows longer
+    than ``max_length``, so TRL gets none."""
+    padding_free = cfg.setting("padding_free") and not cfg.setting("packing")
     return trl_args(cfg, output_dir=output_dir, seed=seed, device=device, bf16=bf16, max_steps=steps,
                     per_device_train_batch_size=cfg.batch_size,
-                    gradient_accumulation_steps=cfg.gradient_accumulation_steps, max_length=cfg.max_length)
+                    gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+                    max_length=None if padding_free else cfg.max_length)
+
+
+def fit_rows(rows: list[dict], tokenizer, max_length: int) -> tuple[list[dict], int]:
+    """(the rows whose whole conversation is at most ``max_length`` tokens, how many were longer).
+
+    Deviation from TRL, which truncates: a truncated row teaches the model to stop mid-thought, without
+    its answer or end of turn, so it is dropped (and counted in the manifest) instead."""
+    texts = tokenizer.apply_chat_template([r["messages"] for r in rows], tokenize=False)
+    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    kept = [r for r, n in zip(rows, lengths, strict=True) if n <= max_length]
+    return kept, len(rows) - len(kept)
 
 
 def run_sft(ctx, cfg, *, rows: list[dict], model_ref: str, name: str = "checkpoint", callbacks=None) -> Path:
@@ -80,6 +99,11 @@ def run_sft(ctx, cfg, *, rows: list[dict], model_ref: str, name: str = "checkpoi
     if not tokenizer.chat_template or "{% generation %}" not in tokenizer.chat_template:
         log.info("SFT %s: the tokenizer has no chat template with generation markers; installing ChatML", name)
         tokenizer.chat_template = CHAT_TEMPLATE
+    rows, too_long = fit_rows(rows, tokenizer, cfg.max_length)
+    if too_long:
+        log.warning("SFT %s: %d rows longer than max_length %d tokens left out", name, too_long, cfg.max_length)
+    if not rows:
+        raise ValueError(f"SFT {name}: every row is longer than max_length ({cfg.max_length} tokens): raise it")
     steps = steps_for_epochs(cfg.epochs, len(rows), cfg)
     args, settings = sft_config(cfg, output_dir=trainer_dir, seed=seed, device=device, bf16=bf16, steps=steps)
     audit = None
@@ -111,7 +135,7 @@ def run_sft(ctx, cfg, *, rows: list[dict], model_ref: str, name: str = "checkpoi
     save_final(model, tokenizer, final)
     if is_main():
         m.update_metrics(**{key: {
-            "rows": len(rows), "steps": global_step, "epochs": cfg.epochs, **losses(metrics_path),
+            "rows": len(rows), "rows_over_max_length": too_long, "steps": global_step, "epochs": cfg.epochs, **losses(metrics_path),
             "train_seconds_this_run": round(seconds, 1), "resumed_from_step": start.from_step,
             "lora": cfg.lora is not None, "processes": processes, "trl": jsonable(settings),
         }})

@@ -73,3 +73,25 @@ def test_candidates_from_stage1_rows_and_user_rows():
     assert u.reasoning == "one plus two is three" and "\\boxed{3}" in u.completion and u.source == "user"
     rows, drops = build_cold_start([u], CFG)
     assert len(rows) == 1 and rows[0]["source"] == "user" and not drops
+
+
+def test_samples_kept_by_rejection_sampling_are_not_graded_again(monkeypatch):
+    import eval.cold_start as cold_start
+
+    graded = []
+
+    def counting(texts, golds, **kw):
+        graded.extend(texts)
+        return real(texts, golds, **kw)
+
+    real = cold_start.grade_batch
+    monkeypatch.setattr(cold_start, "grade_batch", counting)
+    row = {"id": "a", "problem": "What is 34 + 57?", "answer": "91", "lang": "en",
+           "completion": f"<think> {GOOD} </think> <answer> 91 </answer>"}
+    sampled = candidate_from_rl({**row, "id": "b", "drop": None})  # kept by eval.rejection: graded there
+    from_stage1 = candidate_from_rl(row)                          # stage 1's candidates file: graded here
+    wrong = candidate_from_rl({**row, "id": "c", "completion": f"<think> {GOOD} </think> <answer> 92 </answer>"})
+    assert (sampled.correct, from_stage1.correct, wrong.correct) == (True, None, None)
+    rows, drops = build_cold_start([sampled, from_stage1, wrong], CFG)
+    assert sorted(r["id"] for r in rows) == ["a", "b"] and drops["incorrect"] == 1
+    assert len(graded) == 2  # the stage-1 row and the wrong one; not the rejection-kept sample

@@ -91,3 +91,21 @@ def test_real_sampler_resume_matches(small_base, tmp_path):
     rejection_sample(sampler, ROWS[:4], r1_zero_prompt, tmp_path / "b", cfg, seed=1, log=lambda s: None)
     for i in range(2):
         assert read_jsonl(shard_path(tmp_path / "a", i)) == read_jsonl(shard_path(tmp_path / "b", i))
+
+
+def test_each_distinct_sample_is_graded_once(monkeypatch):
+    import eval.rejection as rejection
+
+    graded = []
+
+    def counting(texts, golds, **kw):
+        graded.extend(texts)
+        return real(texts, golds, **kw)
+
+    real = rejection.grade_batch
+    monkeypatch.setattr(rejection, "grade_batch", counting)
+    a, b = good(), good("4+2=6 write 6, 3+1=4 write 4; answer 46")
+    wrong = "<think> 2+4=6 write 6 </think> The final answer is \\boxed{47}."
+    verdicts = judge_prompt(ROW, [a, wrong, a, b, wrong, a], CFG)
+    assert verdicts == [None, "incorrect", "duplicate", None, "incorrect", "duplicate"]  # as if graded one by one
+    assert sorted(graded) == sorted([a, wrong, b])

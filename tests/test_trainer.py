@@ -79,7 +79,12 @@ def test_the_tiny_configs_keep_their_settings():
     sft, _ = sft_config(r.stage2.sft, output_dir="/tmp/unused", seed=0, device=CPU, bf16=False, steps=7)
     assert (sft.learning_rate, sft.lr_scheduler_type.value, sft.warmup_steps, sft.assistant_only_loss) == (
         1e-3, "cosine", 0.1, True)
-    assert (sft.per_device_train_batch_size, sft.max_length, sft.logging_steps, sft.save_steps) == (16, 256, 5, 50)
+    assert (sft.per_device_train_batch_size, sft.logging_steps, sft.save_steps) == (16, 5, 50)
+    # padding-free batches: TRL truncates nothing (stages.sft.fit_rows drops rows over 256 tokens instead)
+    assert (sft.padding_free, sft.packing, sft.max_length) == (True, False, None)
+    padded, _ = sft_config(load_recipe("tiny", ["stage2.sft.trl.padding_free=false"]).stage2.sft,
+                           output_dir="/tmp/unused", seed=0, device=CPU, bf16=False, steps=7)
+    assert (padded.padding_free, padded.max_length) == (False, 256)
     rm, _ = reward_config(r.stage4.harmlessness, output_dir="/tmp/unused", seed=0, device=CPU, bf16=False, steps=7)
     assert (rm.learning_rate, rm.lr_scheduler_type.value, rm.warmup_steps, rm.center_rewards_coefficient) == (
         1e-3, "cosine", 0.1, 0.01)
@@ -227,3 +232,59 @@ def test_precision():
     assert device_and_precision(recipe, SimpleNamespace(precision="auto")) == (CPU, False)
     assert device_and_precision(recipe, SimpleNamespace(precision="fp32")) == (CPU, False)
     assert device_and_precision(recipe, SimpleNamespace(precision="bf16")) == (CPU, True)  # allowed, with a warning
+
+
+def test_padding_free_sft_trains_exactly_as_padded(small_base, tmp_path):
+    """The same rows, seed and steps, with and without padding: the same losses and the same weights (the
+    block-diagonal mask from the position ids keeps each example to itself), on fewer tokens."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTTrainer
+
+    from data.templates import CHAT_TEMPLATE
+    from stages.sft import sft_config
+
+    recipe, base = small_base
+    rows = [{"messages": [{"role": "user", "content": f"What is {a} + {b}?"},
+                          {"role": "assistant", "content": f"<think> {a}+{b} </think> " * (1 + a % 4)
+                                                           + f"The final answer is \\boxed{{{a + b}}}."}]}
+            for a, b in [(12, 34), (5, 71), (40, 2), (33, 9), (7, 7), (61, 20), (18, 18), (90, 1)]]
+    results = {}
+    for padding_free in (False, True):
+        r = load_recipe("tiny", [f"stage2.sft.trl.padding_free={str(padding_free).lower()}",
+                                 "stage2.sft.batch_size=4", "stage2.sft.trl.logging_steps=1",
+                                 "stage2.sft.trl.warmup_steps=0", "stage2.sft.trl.learning_rate=1e-2"])
+        model = AutoModelForCausalLM.from_pretrained(Path(base.path).parent / "checkpoint")
+        tok = AutoTokenizer.from_pretrained(Path(base.path).parent / "checkpoint")
+        tok.chat_template = CHAT_TEMPLATE
+        args, _ = sft_config(r.stage2.sft, output_dir=tmp_path / str(padding_free), seed=0, device=CPU, bf16=False,
+                             steps=2)
+        args.save_strategy = "no"
+        trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok)
+        batch = next(iter(trainer.get_train_dataloader()))
+        trainer.train()
+        results[padding_free] = ([h["loss"] for h in trainer.state.log_history if "loss" in h],
+                                 torch.cat([p.detach().flatten() for p in model.parameters()]), batch)
+    (padded_loss, padded_w, padded_batch), (free_loss, free_w, free_batch) = results[False], results[True]
+    assert len(padded_loss) == 2 and padded_loss == pytest.approx(free_loss, rel=1e-4)
+    assert torch.allclose(padded_w, free_w, atol=1e-5)
+    assert free_batch["input_ids"].shape[0] == 1 and "attention_mask" not in free_batch  # one row, no padding
+    assert free_batch["input_ids"].numel() == padded_batch["attention_mask"].sum() < padded_batch["input_ids"].numel()
+
+
+def test_sft_rows_longer_than_max_length_are_dropped_not_truncated():
+    from data.templates import CHAT_TEMPLATE
+    from data.tokenizer import build_tokenizer
+    from stages.sft import fit_rows
+
+    tok = build_tokenizer(["What is 1 + 2? <think> 1+2=3 </think> The final answer is \\boxed{3}."] * 4, 300)
+    tok.chat_template = CHAT_TEMPLATE
+    rows = [{"messages": [{"role": "user", "content": "What is 1 + 2?"},
+                          {"role": "assistant", "content": "<think> 1+2=3 </think> " * n + "\\boxed{3}"}]}
+            for n in (1, 3, 6)]
+    lengths = [len(tok.apply_chat_template(r["messages"], tokenize=True, return_dict=True)["input_ids"]) for r in rows]
+    assert lengths == sorted(lengths) and lengths[0] < lengths[1] < lengths[2]
+    kept, dropped = fit_rows(rows, tok, lengths[1])  # exactly the middle row's length: it fits
+    assert kept == rows[:2] and dropped == 1
+    kept, dropped = fit_rows(rows, tok, lengths[1] - 1)
+    assert kept == rows[:1] and dropped == 2
