@@ -64,17 +64,11 @@ findings: setup ## after the pipeline: the extra seeds and variants every verdic
 report: setup ## write runs/$(RECIPE)/report/report.md: every stage's results, curves, findings
 	$(R1) report runs/$(RECIPE)
 
-# Runs every stage that exists so far; stages already complete are skipped.
+# Runs every stage; stages already complete are skipped.
+# One process for every stage (`r1 pipeline`: base … distill_rl, then status and the report), which saves
+# each stage's interpreter start and imports; `make stage1` … run one stage each.
 pipeline: setup ## set up and run the whole pipeline on the tiny CPU default
-	$(R1) base $(RUN_FLAGS)
-	$(R1) stage1 $(RUN_FLAGS)
-	$(R1) stage2 $(RUN_FLAGS)
-	$(R1) stage3 $(RUN_FLAGS)
-	$(R1) stage4 $(RUN_FLAGS)
-	$(R1) distill $(RUN_FLAGS)
-	$(R1) distill_rl $(RUN_FLAGS)
-	$(R1) status runs/$(RECIPE)
-	$(R1) report runs/$(RECIPE)
+	$(R1) pipeline $(RUN_FLAGS)
 
 clean: ## delete runs/ (keeps .venv)
 	rm -rf runs

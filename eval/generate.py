@@ -8,6 +8,8 @@ transformers' ``generate`` on any other.
 
 from __future__ import annotations
 
+import os
+
 import torch
 from tqdm.auto import tqdm
 
@@ -31,41 +33,51 @@ def sample(
     desc: str = "sampling",
     progress: bool = True,
     use_decode: bool | None = None,
+    processes: int | None = None,
 ) -> list[list[dict]]:
     """``n`` completions per prompt: ``[[{"text", "num_tokens", "truncated"}, …n], …prompts]``.
 
     Prompts are repeated ``n`` times and generated in batches of ``batch_size`` sequences, left-padded
     (a decoder-only model continues from the last position, so padding must be on the left).
     ``temperature == 0`` means greedy decoding. Special tokens are skipped in the text (as TRL does);
-    the reasoning tags are ordinary tokens and survive. The draws come from a generator seeded with
-    ``seed`` (the global torch RNG is left alone), so a call's samples depend on its seed alone.
+    the reasoning tags are ordinary tokens and survive. Batch ``b`` draws from a generator seeded with
+    ``(seed, b)`` (the global torch RNG is left alone), so a call's samples depend on its seed and batch
+    size alone, not on which process sampled which batch.
     ``use_decode``: force the KV-cache loop (True) or ``generate`` (False); None picks the loop when
     the model is one it supports.
+    ``processes``: with the loop on the CPU, the batches are shared out between this many processes of
+    one thread each (this one and forked copies, which share the weights); None = one per torch
+    thread (``stages/threads.py`` leaves a busy neighbour its core). Single-threaded processes sample
+    faster than one process with as many threads, and a neighbour slows them in proportion
+    (docs/speed.md).
     """
-    from eval.decode import decode, supports
+    from eval.decode import supports
 
-    generator = torch.Generator(device=model.device).manual_seed(seed)
     fast = supports(model) if use_decode is None else use_decode
-    if not fast:
-        torch.manual_seed(seed)  # generate draws from the global generator
     tokenizer.padding_side = "left"
     flat = [p for p in prompts for _ in range(n)]
-    out: list[dict] = []
+    batches = [flat[start : start + batch_size] for start in range(0, len(flat), batch_size)]
+    if processes is None:
+        processes = torch.get_num_threads() if fast and model.device.type == "cpu" else 1
+    processes = max(1, min(processes, len(batches)))
     stop_ids = stop_token_ids(model, tokenizer)
     was_training = model.training
     model.eval()
-    bar = tqdm(total=len(flat), desc=desc, disable=not progress, unit="seq")
-    for start in range(0, len(flat), batch_size):
-        chunk = flat[start : start + batch_size]
-        fault_point("generate")
+
+    def one_batch(b: int) -> list[dict]:
+        chunk = batches[b]
+        batch_seed = (seed * 1_000_003 + b) % 2**63
         enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
         if fast:
-            for tokens, stopped in decode(model, enc["input_ids"], enc["attention_mask"], max_new_tokens=max_new_tokens,
-                                          temperature=temperature, top_p=top_p, stop_ids=stop_ids, generator=generator):
-                out.append({"text": tokenizer.decode(tokens, skip_special_tokens=True), "num_tokens": len(tokens),
-                            "truncated": not stopped})
-            bar.update(len(chunk))
-            continue
+            from eval.decode import decode
+
+            generator = torch.Generator(device=model.device).manual_seed(batch_seed)
+            return [{"text": tokenizer.decode(tokens, skip_special_tokens=True), "num_tokens": len(tokens),
+                     "truncated": not stopped}
+                    for tokens, stopped in decode(model, enc["input_ids"], enc["attention_mask"],
+                                                  max_new_tokens=max_new_tokens, temperature=temperature,
+                                                  top_p=top_p, stop_ids=stop_ids, generator=generator)]
+        torch.manual_seed(batch_seed)  # generate draws from the global generator
         gen = model.generate(
             **enc,
             do_sample=temperature > 0,
@@ -76,19 +88,104 @@ def sample(
             pad_token_id=tokenizer.pad_token_id,
             eos_token_id=stop_ids,
         )
-        new = gen[:, enc["input_ids"].shape[1] :]  # (batch, ≤ max_new_tokens): completion tokens only
-        for row in new:
+        out = []
+        for row in gen[:, enc["input_ids"].shape[1] :]:  # (batch, ≤ max_new_tokens): completion tokens only
             ended = torch.isin(row, torch.tensor(stop_ids, device=row.device)).nonzero()
             length = int(ended[0]) + 1 if len(ended) else len(row)
-            out.append({
-                "text": tokenizer.decode(row[:length], skip_special_tokens=True),
-                "num_tokens": length,
-                "truncated": not len(ended),
-            })
-        bar.update(len(chunk))
-    bar.close()
-    model.train(was_training)
+            out.append({"text": tokenizer.decode(row[:length], skip_special_tokens=True), "num_tokens": length,
+                        "truncated": not len(ended)})
+        return out
+
+    results: list[list[dict] | None] = [None] * len(batches)
+    bar = tqdm(total=len(flat), desc=desc, disable=not progress, unit="seq")
+
+    def done(b: int, rows: list[dict]) -> None:
+        fault_point("generate")
+        results[b] = rows
+        bar.update(len(rows))
+
+    try:
+        if processes == 1:
+            for b in range(len(batches)):
+                done(b, one_batch(b))
+        else:
+            _sample_in_processes(one_batch, len(batches), processes, done)
+    finally:
+        bar.close()
+        model.train(was_training)
+    out = [row for rows in results for row in rows]
     return [out[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel SIGKILLs this forked process when its parent dies (a killed stage leaves no
+    sampler running on)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _sample_in_processes(one_batch, n_batches: int, processes: int, done) -> None:
+    """Batches ``rank, rank + processes, …`` in process ``rank``: 0 is this one, the others are forked
+    (they inherit the model without copying it, send each batch's rows back through a pipe, and exit).
+    Every process runs one thread; this one's thread count is restored afterwards."""
+    import multiprocessing as mp
+    from multiprocessing.connection import wait
+
+    def child(rank: int, conn) -> None:
+        _die_with_parent()
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the Rust tokenizer's pool did not fork
+        torch.set_num_threads(1)
+        with torch.inference_mode():
+            for b in range(rank, n_batches, processes):
+                conn.send((b, one_batch(b)))
+        conn.close()
+
+    fork = mp.get_context("fork")
+    children, pipes = [], []
+    threads = torch.get_num_threads()
+    try:
+        for rank in range(1, processes):
+            receive, send = fork.Pipe(duplex=False)
+            p = fork.Process(target=child, args=(rank, send), daemon=True)
+            p.start()
+            send.close()
+            children.append(p)
+            pipes.append(receive)
+        torch.set_num_threads(1)
+        expected = n_batches - len(range(0, n_batches, processes))  # the children's batches
+        received = 0
+
+        def collect(timeout: float | None) -> None:
+            nonlocal received
+            for conn in wait(pipes, timeout):
+                try:
+                    b, rows = conn.recv()
+                except EOFError:
+                    pipes.remove(conn)
+                    continue
+                done(b, rows)
+                received += 1
+
+        for b in range(0, n_batches, processes):
+            done(b, one_batch(b))
+            collect(0)
+        while received < expected:
+            if not pipes:
+                raise RuntimeError(f"sampling: a forked sampling process died before returning its batches "
+                                   f"({received} of {expected} received; exit codes "
+                                   f"{[p.exitcode for p in children]})")
+            collect(None)
+    finally:
+        torch.set_num_threads(threads)
+        for p in children:
+            if p.is_alive():
+                p.terminate()
+            p.join()
 
 
 def stop_token_ids(model, tokenizer) -> list[int]:

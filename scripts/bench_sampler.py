@@ -1,16 +1,17 @@
 """The project's sampler against transformers' generate: same model, prompts, seed and protocol.
 
-    python scripts/bench_sampler.py [--model runs/tiny/stage3/checkpoint] [--batch-sizes 16,64,256] [--samples 1024]
+    python scripts/bench_sampler.py --model runs/tiny/stage3/checkpoint [--batch-sizes 16,64,256] [--samples 1024]
 
-For each batch size: samples/s and generated tokens/s of ``eval.generate.sample`` (the KV-cache loop
-of ``eval/decode.py``) and of the same function forced onto ``generate``, interleaved so that both see
-the same machine; their ratio; and the fraction of this machine's bound that the loop reaches. The
-bound: the matmul rate measured here at the model's own shapes (rows = the batch size), divided by the
-FLOPs one generated token needs (2 × the parameters of every matmul it goes through: the layers'
-projections and the head; attention's own products are left out, so the bound is generous).
-
-Without ``--model``, a model of the tiny recipe's architecture with random weights is used (speed does
-not depend on the weights, but lengths do: sampling stops at the stop token or ``max_new_tokens``).
+For each batch size, interleaved so that all see the same machine: samples/s and generated tokens/s of
+transformers' ``generate`` (through ``eval.generate.sample`` with ``use_decode=False``: one process,
+torch's threads), of the project's sampler in one process (the KV-cache loop of ``eval/decode.py``,
+``processes=1``) and as the pipeline runs it (its batches shared between one single-threaded process
+per torch thread); the ratios to ``generate``; and the fraction of this machine's bound that the
+project's sampler reaches. The bound: the matmul rate measured here with torch's threads at the
+model's own shapes (rows = the batch size), divided by the FLOPs one generated token needs (2 × the
+parameters of every matmul it goes through: the layers' projections and the head; attention's own
+products are left out, so the bound is generous). A trained checkpoint is needed (``--model``): the
+samples' lengths, and so the speed, depend on the weights.
 """
 
 from __future__ import annotations
@@ -34,10 +35,8 @@ from stages.recipe import load_recipe  # noqa: E402
 def load(model_path: str | None):
     from stages.common import load_model_and_tokenizer
 
-    if model_path:
-        return load_model_and_tokenizer(model_path, device=torch.device("cpu"), trust_remote_code=False,
-                                        dtype=torch.float32)
-    raise SystemExit("give --model (a checkpoint folder, e.g. runs/tiny/stage3/checkpoint)")
+    return load_model_and_tokenizer(model_path, device=torch.device("cpu"), trust_remote_code=False,
+                                    dtype=torch.float32)
 
 
 def matmul_gflops(rows: int, shapes: list[tuple[int, int]], repeat: int = 20) -> float:
@@ -57,7 +56,7 @@ def matmul_gflops(rows: int, shapes: list[tuple[int, int]], repeat: int = 20) ->
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", help="checkpoint folder")
+    parser.add_argument("--model", required=True, help="checkpoint folder, e.g. runs/tiny/stage3/checkpoint")
     parser.add_argument("--batch-sizes", default="64")
     parser.add_argument("--samples", type=int, default=1024, help="completions per measurement")
     parser.add_argument("--max-new-tokens", type=int, default=128)
@@ -81,19 +80,21 @@ def main() -> int:
           f"{flops_per_token / 1e6:.2f} MFLOP per generated token (matmuls), {torch.get_num_threads()} threads")
     for batch in (int(b) for b in args.batch_sizes.split(",")):
         results = {}
-        for label, use_decode in (("generate", False), ("project", True), ("generate", False), ("project", True)):
+        settings = (("generate", False, 1), ("project, 1 process", True, 1), ("project", True, None))
+        for label, use_decode, processes in settings * 2:
             t = time.perf_counter()
             out = sample(model, tok, prompts, n=1, temperature=0.6, top_p=0.95, max_new_tokens=args.max_new_tokens,
-                         batch_size=batch, seed=0, progress=False, use_decode=use_decode)
+                         batch_size=batch, seed=0, progress=False, use_decode=use_decode, processes=processes)
             seconds = time.perf_counter() - t
             tokens = sum(c[0]["num_tokens"] for c in out)
             results.setdefault(label, []).append((len(out) / seconds, tokens / seconds))
         gen = max(results["generate"])
-        proj = max(results["project"])
         bound = matmul_gflops(batch, shapes) * 1e9 / flops_per_token
-        print(f"batch {batch:4d}: generate {gen[0]:7.1f} samples/s {gen[1]:8.0f} tokens/s | project {proj[0]:7.1f} "
-              f"samples/s {proj[1]:8.0f} tokens/s | ratio {proj[0] / gen[0]:.2f}x | bound {bound:,.0f} tokens/s, "
-              f"project at {proj[1] / bound:.1%} of it")
+        print(f"batch {batch}: matmul bound {bound:,.0f} tokens/s")
+        for label, _, _ in settings:
+            rate = max(results[label])
+            print(f"  {label:20s} {rate[0]:7.1f} samples/s {rate[1]:8.0f} tokens/s  {rate[0] / gen[0]:.2f}x generate, "
+                  f"{rate[1] / bound:.1%} of the bound")
     return 0
 
 

@@ -2,6 +2,7 @@
 
     r1 base   --recipe tiny                       build (tiny) or register (real) the base model
     r1 stage1 --recipe tiny [--set k=v …] [--resume | --restart]
+    r1 pipeline --recipe tiny                     every stage in one process, then status and report
     r1 eval   --model PATH_OR_ID --bench task,gsm8k --k 4 [--limit N]
     r1 status [RUN_DIR]
     r1 findings --recipe tiny                     the extra seeds and variants the verdicts need
@@ -40,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name in STAGES:
         _stage_args(sub.add_parser(name, help=f"run the {name} stage"))
 
+    _stage_args(sub.add_parser("pipeline", help="every stage in order in one process (base … distill_rl), then "
+                               "status and the report; complete stages are skipped"))
+
     ev = sub.add_parser("eval", help="evaluate a model on benchmarks and/or the task world")
     ev.add_argument("--model", help="checkpoint folder or hub id (default: the recipe's latest complete stage)")
     ev.add_argument("--bench", default="task", help="comma-separated: task,gsm8k,math500,aime24,aime25,amc23,cmath,mgsm")
@@ -71,21 +75,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_stage(args) -> int:
-    import importlib
-
     from stages.runner import run_stage, setup_logging
 
     recipe = load_recipe(args.recipe, args.overrides)
+    stages = list(STAGES) if args.command == "pipeline" else [args.command]
     if args.dry_run:
         from stages.plan import plan
 
-        print("\n".join(plan(recipe, args.command)))
+        for stage in stages:
+            print("\n".join(plan(recipe, stage)))
         return 0
     setup_logging()
-    module_name, _, function = STAGES[args.command][0].partition(":")
-    body = getattr(importlib.import_module(module_name), function or "run")
-    run_stage(recipe, args.command, body, restart=args.restart)
+    for stage in stages:
+        run_stage(recipe, stage, stage_body(stage), restart=args.restart)
+    if args.command == "pipeline":  # what `make pipeline` ends with
+        cmd_status(argparse.Namespace(run_dir=str(recipe.stage_dir("base").parent)))
+        cmd_report(argparse.Namespace(run_dir=str(recipe.stage_dir("base").parent)))
     return 0
+
+
+def stage_body(stage: str):
+    """The function a stage runs, from the stage table (``module[:function]``, default ``run``)."""
+    import importlib
+
+    module_name, _, function = STAGES[stage][0].partition(":")
+    return getattr(importlib.import_module(module_name), function or "run")
 
 
 def cmd_status(args) -> int:

@@ -9,7 +9,8 @@ tokens and divided by a constant (not averaged per batch, see :func:`pretrain_ti
 packed into rows of ``pack_length`` tokens as in real pretraining, but each document sees only itself
 (its positions restart at 0 and the attention mask is block-diagonal, see :func:`_packed_batch`): plain
 packing, where documents attend to the ones before them, biased the model towards reasoning in an
-earlier experiment. Pretraining runs with eager attention under bf16 autocast (``base.pretrain``); the
+earlier experiment. Pretraining runs with eager attention, under bf16 autocast where the CPU has native
+bf16 (``base.pretrain.bf16_autocast``, :func:`use_bf16_autocast`); the
 checkpoint is saved with the default attention for the stages that load it. The batching modes and
 their measured effects: docs/experiments.md.
 """
@@ -32,6 +33,15 @@ from data.tokenizer import add_summary_tokens, build_tokenizer
 from stages.common import set_seed
 
 log = logging.getLogger("r1")
+
+
+def use_bf16_autocast(setting) -> bool:
+    """``base.pretrain.bf16_autocast``: true, false, or ``auto`` = on where oneDNN has bf16 kernels for the
+    CPU (its check: AVX-512 or Arm bf16); elsewhere (AVX2 only) autocast emulates bf16, many times slower
+    than fp32."""
+    if setting == "auto":
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return bool(setting)
 
 
 def build_tiny_model(arch, vocab_size: int, eos_id: int) -> Qwen2ForCausalLM:
@@ -173,6 +183,8 @@ def pretrain_tiny(recipe, log=print):
     # tokens several times the weight of a long trace's, which biased the model's first choice (answer
     # directly or think) far from the corpus's shares (docs/experiments.md).
     tokens_per_batch = pt.batch_size * sum(len(c) for _, c in rows) / len(rows)
+    bf16 = use_bf16_autocast(pt.bf16_autocast)
+    log(f"pretraining {'under bf16 autocast' if bf16 else 'in fp32'} (base.pretrain.bf16_autocast: {pt.bf16_autocast})")
     losses = []
     model.train()
     t_train = time.time()
@@ -182,7 +194,7 @@ def pretrain_tiny(recipe, log=print):
         inputs = _packed_batch(docs_ids, eos, pt.pack_length) if pt.batching == "packed" else _batch(docs_ids, eos)
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=pt.bf16_autocast):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             loss = model(**inputs, num_items_in_batch=tokens_per_batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -201,6 +213,7 @@ def pretrain_tiny(recipe, log=print):
         "loss_last_avg": sum(losses[-20:]) / len(losses[-20:]),
         "loss_curve": losses[:: max(1, len(losses) // 50)],
         "pretrain_seconds": time.time() - t_train,
+        "bf16_autocast": bf16,
     }
     add_summary_tokens(tokenizer, model)  # after pretraining: see data/tokenizer.py
     stats["vocab_size"] = len(tokenizer)

@@ -139,9 +139,11 @@ class PretrainConfig:
     warmup_steps: int = 30
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.01
-    bf16_autocast: bool = True
-    # eager attention + bf16 autocast was faster than sdpa fp32 on CPU (scripts/bench_pretrain_step.py);
-    # the saved checkpoint keeps the default (sdpa) for every later stage
+    # auto: bf16 autocast where oneDNN has bf16 kernels for the CPU (AVX-512, where it was faster than fp32
+    # in scripts/bench_pretrain_step.py), fp32 elsewhere (on an AVX2-only CPU bf16 is emulated and many
+    # times slower). The base's weights then depend on the machine: the manifest records which ran.
+    bf16_autocast: bool | Literal["auto"] = "auto"
+    # the saved checkpoint keeps the default attention (sdpa) for every later stage
     attn_implementation: Literal["sdpa", "eager"] = "eager"
     batching: Literal["packed", "by_type", "by_length", "random"] = "packed"  # see stages/pretrain.py make_batches
     pack_length: int = 256  # tokens per packed row (batching: packed)

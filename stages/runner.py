@@ -7,6 +7,8 @@
   and the resume is recorded in the manifest; ``restart`` discards it and starts over.
 - Any exception marks the manifest ``failed`` with the error, then propagates. A SIGKILL leaves
   ``running``: never ``complete``, because ``complete`` is the last thing a stage writes.
+- Before the body, the stage fixes torch's thread count to the cores other processes leave free
+  (``stages/threads.py``) and records it in ``metrics.threads``.
 - Under several processes (``scripts/launch``) every process runs the body; only the main one writes
   the manifest and the outputs (``stages.common``), the others wait at barriers.
 """
@@ -25,6 +27,7 @@ from pathlib import Path
 from data import timing
 from stages.common import barrier, init_distributed, is_main, peak_rss_mb, rank
 from stages.manifest import MANIFEST_NAME, Manifest, ManifestError, require_parent
+from stages.threads import choose_threads
 
 log = logging.getLogger("r1")
 _first_stage_of_process = True
@@ -113,6 +116,11 @@ def run_stage(recipe, stage: str, body: Callable[[StageContext], Path | str | No
     setup_logging(stage_dir / ("stage.log" if is_main() else f"stage.rank{rank()}.log"))
     manifest = Manifest.start(stage_dir, stage, recipe, parent=parent, resumed=resumed)
     ctx = StageContext(recipe, stage, stage_dir, manifest, parent, resumed, dict(reuse or {}))
+    threads = choose_threads()  # fixed for the stage: see stages/threads.py
+    manifest.update_metrics(threads=threads)
+    log.info("%s: %d torch threads on %d cores (%s%s)", stage, threads["threads"], threads["cores"],
+             threads["chosen_by"], f", other processes busy on {threads['busy_elsewhere']} cores"
+             if "busy_elsewhere" in threads else "")
     global _first_stage_of_process
     startup = timing.process_age() if _first_stage_of_process else 0.0  # interpreter, imports, recipe
     _first_stage_of_process = False

@@ -13,7 +13,7 @@ from data.templates import r1_zero_prompt
 from stages.base import run
 from stages.common import load_tokenizer
 from stages.manifest import Manifest
-from stages.pretrain import _batch, _packed_batch, build_tiny_model, pretrain_tiny
+from stages.pretrain import _batch, _packed_batch, build_tiny_model, pretrain_tiny, use_bf16_autocast
 from stages.recipe import load_recipe
 from stages.runner import run_stage
 from tests.micro import SMALL
@@ -78,6 +78,7 @@ def test_base_stage_writes_a_complete_manifest_with_probe(small_base):
         assert key in probe
     assert probe["problems"] == 6 and probe["samples"] == 12
     assert m.data["metrics"]["pretrain"]["loss_last_avg"] < m.data["metrics"]["pretrain"]["loss_first"]
+    assert m.data["metrics"]["pretrain"]["bf16_autocast"] is use_bf16_autocast(recipe.base.pretrain.bf16_autocast)
     assert m.verify_checkpoint() == []
     assert {"model.safetensors", "config.json", "tokenizer.json"} <= set(m.data["output"]["files"])
     lines = (recipe.stage_dir("base") / "probe" / "samples.jsonl").read_text().splitlines()

@@ -31,3 +31,31 @@ def test_child_stage_without_parent_says_what_to_run(tmp_path):
 def test_status_of_missing_run(tmp_path):
     res = r1("status", str(tmp_path / "nothing"))
     assert res.returncode == 1 and "no such run folder" in res.stderr
+
+
+def test_pipeline_runs_every_stage_in_order_in_one_process_then_status_and_report(monkeypatch, tmp_path):
+    """`r1 pipeline` (what `make pipeline` runs): each stage of the stage table, in its order, with its own
+    body and the command's --restart, then the status and the report of the run folder."""
+    import stages.distill
+    import stages.runner
+    from stages import cli
+
+    calls = []
+    monkeypatch.setattr(stages.runner, "run_stage",
+                        lambda recipe, stage, body, restart: calls.append((stage, body, restart)))
+    monkeypatch.setattr(cli, "cmd_status", lambda a: calls.append(("status", a.run_dir)))
+    monkeypatch.setattr(cli, "cmd_report", lambda a: calls.append(("report", a.run_dir)))
+    assert cli.main(["pipeline", "--restart", "--set", f"run_root={tmp_path}"]) == 0
+    assert [c[0] for c in calls] == [*stages.runner.STAGES, "status", "report"]
+    assert calls[-4][1] is stages.distill.run and calls[-3][1] is stages.distill.run_control
+    assert all(c[2] is True for c in calls[:-2])
+    assert calls[-1][1] == str(tmp_path / "tiny")
+
+
+def test_pipeline_dry_run_plans_every_stage(capsys):
+    from stages import cli
+    from stages.runner import STAGES
+
+    assert cli.main(["pipeline", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"stage {s}:" in out for s in STAGES)

@@ -126,3 +126,55 @@ def test_fast_generate_returns_what_generate_returns():
     top_k = GenerationConfig(do_sample=True, top_k=5, max_new_tokens=4, eos_token_id=[STOP], pad_token_id=0)
     fast_generate(model)(input_ids=ids, attention_mask=mask, generation_config=top_k)
     assert len(calls) == 1  # top-k: not the loop's
+
+
+def tiny_model_and_tokenizer():
+    from data.tokenizer import build_tokenizer
+
+    tok = build_tokenizer([f"What is {a} + {b}? {a + b}" for a in range(30) for b in range(30)], vocab_size=300)
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, intermediate_size=64, max_position_embeddings=128,
+                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, tie_word_embeddings=True)
+    return Qwen2ForCausalLM(config).eval(), tok
+
+
+def test_batches_shared_between_processes_give_the_samples_of_one_process():
+    """``processes=2`` forks a single-threaded copy that samples every other batch; each batch draws from
+    its own (seed, batch) generator, so the samples equal those of one single-threaded process."""
+    from eval.generate import sample
+
+    model, tok = tiny_model_and_tokenizer()
+    prompts = [f"What is {a} + {a + 3}?" for a in range(10)]
+    kw = dict(n=3, temperature=0.8, top_p=0.95, max_new_tokens=12, batch_size=4, seed=5, progress=False)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        alone = sample(model, tok, prompts, processes=1, **kw)
+    finally:
+        torch.set_num_threads(threads)
+    shared = sample(model, tok, prompts, processes=2, **kw)
+    assert shared == alone
+    assert torch.get_num_threads() == threads  # restored
+    assert len({c["text"] for cs in alone for c in cs}) > 10  # samples, not one repeated string
+    assert sample(model, tok, prompts, processes=2, **{**kw, "seed": 6}) != shared
+
+
+def test_a_sampling_process_that_dies_is_an_error(monkeypatch):
+    import os
+
+    from eval import decode as D
+    from eval.generate import sample
+
+    model, tok = tiny_model_and_tokenizer()
+    parent, real = os.getpid(), D.decode
+
+    def dies_in_the_child(*a, **k):
+        if os.getpid() != parent:
+            os._exit(3)
+        return real(*a, **k)
+
+    monkeypatch.setattr(D, "decode", dies_in_the_child)
+    with pytest.raises(RuntimeError, match="died"):
+        sample(model, tok, ["What is 1 + 2?"] * 8, n=1, temperature=0.6, top_p=0.95, max_new_tokens=8,
+               batch_size=2, seed=0, progress=False, processes=2)

@@ -90,3 +90,18 @@ def test_real_recipes_configure_stages_1_to_3():
         if r.base.pretrained:  # real models: vLLM generation on CUDA, completions within the context
             assert r.device == "cuda" and r.stage1.setting("use_vllm") and r.stage3.setting("use_vllm"), f
             assert r.stage1.max_completion_length <= 4096 - 512 and r.stage2.sft.max_length <= 4096, f
+
+
+def test_bf16_autocast_is_auto_true_or_false_and_auto_follows_the_cpu():
+    """On a CPU without native bf16 (AVX2 only), autocast emulates bf16 and pretraining ran ~16× slower
+    than fp32 (scripts/bench_pretrain_step.py): ``auto`` must resolve to fp32 there."""
+    import torch
+
+    from stages.pretrain import use_bf16_autocast
+
+    assert load_recipe("tiny").base.pretrain.bf16_autocast == "auto"
+    assert load_recipe("tiny", ["base.pretrain.bf16_autocast=false"]).base.pretrain.bf16_autocast is False
+    with pytest.raises(RecipeError, match="bf16_autocast"):
+        load_recipe("tiny", ["base.pretrain.bf16_autocast=fast"])
+    assert use_bf16_autocast("auto") is bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    assert use_bf16_autocast(True) is True and use_bf16_autocast(False) is False

@@ -1,0 +1,74 @@
+"""Threads for a stage: the cores other processes leave free, fixed for the stage (stages/threads.py)."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from stages.threads import busy_elsewhere, choose_threads
+
+CORES = len(os.sched_getaffinity(0))
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads(monkeypatch):
+    monkeypatch.delenv("R1_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def spinning_neighbour():
+    p = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    time.sleep(0.3)
+    yield p
+    p.kill()
+    p.wait()
+
+
+@pytest.mark.skipif(CORES < 2, reason="needs 2 cores")
+def test_a_busy_neighbour_is_left_its_core(spinning_neighbour):
+    assert busy_elsewhere(0.5) > 0.7
+    decided = choose_threads(measure_seconds=0.5)
+    assert decided["chosen_by"] == "measured" and decided["busy_elsewhere"] > 0.7
+    assert decided["threads"] == CORES - 1 == torch.get_num_threads()
+
+
+def test_this_process_own_work_is_not_counted_as_a_neighbour():
+    import threading
+
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            sum(range(1000))
+
+    baseline = busy_elsewhere(0.5)  # whatever else the machine runs meanwhile
+    t = threading.Thread(target=spin)
+    t.start()
+    try:
+        assert busy_elsewhere(0.5) < baseline + 0.4  # our own busy thread is ours, not a neighbour
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_r1_threads_fixes_the_count_and_bad_values_are_refused(monkeypatch, spinning_neighbour):
+    monkeypatch.setenv("R1_THREADS", "2")
+    assert choose_threads() == {"threads": 2, "cores": CORES, "chosen_by": "R1_THREADS"}
+    assert torch.get_num_threads() == 2
+    monkeypatch.setenv("R1_THREADS", "two")
+    with pytest.raises(ValueError, match="R1_THREADS"):
+        choose_threads()
+
+
+def test_a_launchers_omp_num_threads_is_kept(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    assert choose_threads()["chosen_by"] == "OMP_NUM_THREADS"
+    assert torch.get_num_threads() == 1
