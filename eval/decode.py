@@ -22,16 +22,21 @@ distribution but not the same random draws. Supported: the Qwen2/Llama family of
 (pre-norm decoder layers with ``self_attn.{q,k,v,o}_proj`` and ``mlp``, rotary embeddings computed by
 ``model.model.rotary_emb``); anything else raises ``NotImplementedError``, and callers use
 ``generate`` (``eval.generate.sample`` picks).
+
+:func:`in_processes` shares such work out between forked single-threaded processes (docs/speed.md:
+on the CPU they sample faster than one process with as many threads, and a busy neighbour slows them
+in proportion); ``eval.generate.sample`` and :func:`fast_generate` use it.
 """
 
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["decode", "fast_generate", "supports"]
+__all__ = ["decode", "fast_generate", "in_processes", "supports"]
 
 _COMPACT_SHARE = 0.25  # compact the cache once this share of the batch has finished
 
@@ -168,7 +173,9 @@ def fast_generate(model):
     does (sampling with temperature and top-p, or greedy; no top-k, min-p, repetition penalty, beams),
     and the model's own ``generate`` otherwise. It returns what ``generate`` returns: the prompt and
     completion ids, (rows, prompt + longest completion), right-padded with the pad token; draws come from
-    the global torch generator, as ``generate``'s do. Set it as the model's ``generate`` so that a trainer
+    the global torch generator, as ``generate``'s do (on the CPU, the rows are shared between one forked
+    single-threaded process per torch thread, each drawing from a generator seeded from the global
+    one: :func:`in_processes`). Set it as the model's ``generate`` so that a trainer
     that samples through ``model.generate`` (TRL's GRPOTrainer without vLLM) samples through this loop."""
     original = model.generate
 
@@ -185,10 +192,23 @@ def fast_generate(model):
         eos = config.eos_token_id
         stop_ids = [eos] if isinstance(eos, int) else list(eos or [])
         pad = config.pad_token_id if config.pad_token_id is not None else (stop_ids[0] if stop_ids else 0)
-        rows = decode(model, input_ids, attention_mask, max_new_tokens=config.max_new_tokens,
-                      temperature=config.temperature if config.do_sample else 0.0,
-                      top_p=config.top_p if config.do_sample and config.top_p is not None else 1.0,
-                      stop_ids=stop_ids)
+        settings = dict(max_new_tokens=config.max_new_tokens, temperature=config.temperature if config.do_sample else 0.0,
+                        top_p=config.top_p if config.do_sample and config.top_p is not None else 1.0, stop_ids=stop_ids)
+        processes = min(torch.get_num_threads(), len(input_ids)) if input_ids.device.type == "cpu" else 1
+        if processes == 1:
+            rows = decode(model, input_ids, attention_mask, **settings)
+        else:  # contiguous shares of the rows, each with a generator seeded from the global one
+            seeds = torch.randint(0, 2**62, (processes,)).tolist()
+            bounds = [len(input_ids) * i // processes for i in range(processes + 1)]
+            parts: list = [None] * processes
+
+            def share(i: int) -> list:
+                rows_i = slice(bounds[i], bounds[i + 1])
+                return decode(model, input_ids[rows_i], attention_mask[rows_i], **settings,
+                              generator=torch.Generator(device=input_ids.device).manual_seed(seeds[i]))
+
+            in_processes(share, processes, processes, lambda i, part: parts.__setitem__(i, part))
+            rows = [row for part in parts for row in part]
         width = max((len(tokens) for tokens, _ in rows), default=0)
         completions = torch.full((len(rows), width), pad, dtype=input_ids.dtype, device=input_ids.device)
         for i, (tokens, _) in enumerate(rows):
@@ -196,3 +216,76 @@ def fast_generate(model):
         return torch.cat([input_ids, completions], dim=1)
 
     return generate
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel SIGKILLs this forked process when its parent dies (a killed stage leaves no
+    sampler running on)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def in_processes(one_batch, n_batches: int, processes: int, done) -> None:
+    """``done(b, one_batch(b))`` for every batch ``b < n_batches``, batches ``rank, rank + processes, …``
+    computed in process ``rank``: 0 is this one, the others are forked (they inherit the model without
+    copying it, send each batch's result back through a pipe, and exit); ``done`` runs here. Every
+    process runs one thread; this one's thread count is restored afterwards. For sampling only: the
+    children's changes to the model never come back."""
+    import multiprocessing as mp
+    from multiprocessing.connection import wait
+
+    def child(rank: int, conn) -> None:
+        _die_with_parent()
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the Rust tokenizer's pool did not fork
+        torch.set_num_threads(1)
+        with torch.inference_mode():
+            for b in range(rank, n_batches, processes):
+                conn.send((b, one_batch(b)))
+        conn.close()
+
+    fork = mp.get_context("fork")
+    children, pipes = [], []
+    threads = torch.get_num_threads()
+    try:
+        for rank in range(1, processes):
+            receive, send = fork.Pipe(duplex=False)
+            p = fork.Process(target=child, args=(rank, send), daemon=True)
+            p.start()
+            send.close()
+            children.append(p)
+            pipes.append(receive)
+        torch.set_num_threads(1)
+        expected = n_batches - len(range(0, n_batches, processes))  # the children's batches
+        received = 0
+
+        def collect(timeout: float | None) -> None:
+            nonlocal received
+            for conn in wait(pipes, timeout):
+                try:
+                    b, rows = conn.recv()
+                except EOFError:
+                    pipes.remove(conn)
+                    continue
+                done(b, rows)
+                received += 1
+
+        for b in range(0, n_batches, processes):
+            done(b, one_batch(b))
+            collect(0)
+        while received < expected:
+            if not pipes:
+                raise RuntimeError(f"sampling: a forked sampling process died before returning its batches "
+                                   f"({received} of {expected} received; exit codes "
+                                   f"{[p.exitcode for p in children]})")
+            collect(None)
+    finally:
+        torch.set_num_threads(threads)
+        for p in children:
+            if p.is_alive():
+                p.terminate()
+            p.join()

@@ -8,8 +8,6 @@ transformers' ``generate`` on any other.
 
 from __future__ import annotations
 
-import os
-
 import torch
 from tqdm.auto import tqdm
 
@@ -51,7 +49,7 @@ def sample(
     faster than one process with as many threads, and a neighbour slows them in proportion
     (docs/speed.md).
     """
-    from eval.decode import supports
+    from eval.decode import in_processes, supports
 
     fast = supports(model) if use_decode is None else use_decode
     tokenizer.padding_side = "left"
@@ -109,83 +107,12 @@ def sample(
             for b in range(len(batches)):
                 done(b, one_batch(b))
         else:
-            _sample_in_processes(one_batch, len(batches), processes, done)
+            in_processes(one_batch, len(batches), processes, done)
     finally:
         bar.close()
         model.train(was_training)
     out = [row for rows in results for row in rows]
     return [out[i * n : (i + 1) * n] for i in range(len(prompts))]
-
-
-def _die_with_parent() -> None:
-    """Linux: the kernel SIGKILLs this forked process when its parent dies (a killed stage leaves no
-    sampler running on)."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _sample_in_processes(one_batch, n_batches: int, processes: int, done) -> None:
-    """Batches ``rank, rank + processes, …`` in process ``rank``: 0 is this one, the others are forked
-    (they inherit the model without copying it, send each batch's rows back through a pipe, and exit).
-    Every process runs one thread; this one's thread count is restored afterwards."""
-    import multiprocessing as mp
-    from multiprocessing.connection import wait
-
-    def child(rank: int, conn) -> None:
-        _die_with_parent()
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the Rust tokenizer's pool did not fork
-        torch.set_num_threads(1)
-        with torch.inference_mode():
-            for b in range(rank, n_batches, processes):
-                conn.send((b, one_batch(b)))
-        conn.close()
-
-    fork = mp.get_context("fork")
-    children, pipes = [], []
-    threads = torch.get_num_threads()
-    try:
-        for rank in range(1, processes):
-            receive, send = fork.Pipe(duplex=False)
-            p = fork.Process(target=child, args=(rank, send), daemon=True)
-            p.start()
-            send.close()
-            children.append(p)
-            pipes.append(receive)
-        torch.set_num_threads(1)
-        expected = n_batches - len(range(0, n_batches, processes))  # the children's batches
-        received = 0
-
-        def collect(timeout: float | None) -> None:
-            nonlocal received
-            for conn in wait(pipes, timeout):
-                try:
-                    b, rows = conn.recv()
-                except EOFError:
-                    pipes.remove(conn)
-                    continue
-                done(b, rows)
-                received += 1
-
-        for b in range(0, n_batches, processes):
-            done(b, one_batch(b))
-            collect(0)
-        while received < expected:
-            if not pipes:
-                raise RuntimeError(f"sampling: a forked sampling process died before returning its batches "
-                                   f"({received} of {expected} received; exit codes "
-                                   f"{[p.exitcode for p in children]})")
-            collect(None)
-    finally:
-        torch.set_num_threads(threads)
-        for p in children:
-            if p.is_alive():
-                p.terminate()
-            p.join()
 
 
 def stop_token_ids(model, tokenizer) -> list[int]:
