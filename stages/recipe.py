@@ -216,8 +216,6 @@ PROJECT_DEFAULTS: dict[str, dict[str, tuple[Any, str]]] = {
         "save_steps": (200, "a resumable checkpoint every 200 steps (TRL: 500)"),
         "save_total_limit": (2, "the last two checkpoints are all resume needs (TRL: keeps all)"),
         "assistant_only_loss": (True, "loss on the assistant's tokens only, not the prompt's (TRL: every token)"),
-        "padding_free": (True, "a batch is its examples end to end, no padding: the same loss as a padded batch, "
-                               "on fewer tokens (docs/speed.md; TRL: False)"),
     },
     "RewardConfig": {
         "learning_rate": (1e-5, "a fine-tuning rate: the model starts from the SFT model (TRL: 1e-4)"),

@@ -49,11 +49,13 @@ log = logging.getLogger("r1")
 def sft_config(cfg, *, output_dir: Path, seed: int, device: torch.device, bf16: bool, steps: int):
     """(TRL's SFTConfig, the settings given to it) for an SFTSpec section.
 
-    Padding-free batches (the project's default, ``padding_free``): TRL concatenates a batch's examples
+    Batches are padded (TRL's default). ``trl: {padding_free: true}`` concatenates a batch's examples
     into one row whose ``position_ids`` restart at 0 for each, and transformers builds a block-diagonal
-    causal mask from them, so the loss is the padded batch's on fewer tokens. TRL then cannot truncate
-    (it refuses a ``max_length`` without packing); :func:`fit_rows` has already dropped the rows longer
-    than ``max_length``, so TRL gets none."""
+    causal mask from them: the same loss on fewer tokens, but without a varlen attention kernel (flash
+    attention, CUDA) the attention runs over the whole concatenated row, and on the CPU that made the
+    tiny SFT 1.8× slower than padded batches (docs/speed.md). TRL then cannot truncate (it refuses a
+    ``max_length`` without packing); :func:`fit_rows` has already dropped the rows longer than
+    ``max_length``, so TRL gets none."""
     padding_free = cfg.setting("padding_free") and not cfg.setting("packing")
     return trl_args(cfg, output_dir=output_dir, seed=seed, device=device, bf16=bf16, max_steps=steps,
                     per_device_train_batch_size=cfg.batch_size,

@@ -80,11 +80,12 @@ def test_the_tiny_configs_keep_their_settings():
     assert (sft.learning_rate, sft.lr_scheduler_type.value, sft.warmup_steps, sft.assistant_only_loss) == (
         1e-3, "cosine", 0.1, True)
     assert (sft.per_device_train_batch_size, sft.logging_steps, sft.save_steps) == (16, 5, 50)
-    # padding-free batches: TRL truncates nothing (stages.sft.fit_rows drops rows over 256 tokens instead)
-    assert (sft.padding_free, sft.packing, sft.max_length) == (True, False, None)
-    padded, _ = sft_config(load_recipe("tiny", ["stage2.sft.trl.padding_free=false"]).stage2.sft,
-                           output_dir="/tmp/unused", seed=0, device=CPU, bf16=False, steps=7)
-    assert (padded.padding_free, padded.max_length) == (False, 256)
+    # padded batches (TRL's default); padding-free ones, asked for, leave TRL nothing to truncate
+    # (stages.sft.fit_rows drops rows over 256 tokens instead)
+    assert (sft.padding_free, sft.packing, sft.max_length) == (False, False, 256)
+    free, _ = sft_config(load_recipe("tiny", ["stage2.sft.trl.padding_free=true"]).stage2.sft,
+                         output_dir="/tmp/unused", seed=0, device=CPU, bf16=False, steps=7)
+    assert (free.padding_free, free.max_length) == (True, None)
     rm, _ = reward_config(r.stage4.harmlessness, output_dir="/tmp/unused", seed=0, device=CPU, bf16=False, steps=7)
     assert (rm.learning_rate, rm.lr_scheduler_type.value, rm.warmup_steps, rm.center_rewards_coefficient) == (
         1e-3, "cosine", 0.1, 0.01)
