@@ -198,8 +198,9 @@ def _budget(b: dict) -> str:
 
 def time_rows(run: dict) -> list[list[str]]:
     """Where the minutes went: one row per stage (and per sub-step of stage 4), one column per kind of
-    work (``data/timing.py``), in seconds; stages measured before this was recorded show "–"."""
-    rows = []
+    work (``data/timing.py``), in seconds, then the stage's torch threads (``stages/threads.py``); a
+    last row sums the stages. Stages measured before this was recorded show "–"."""
+    rows, total, kinds_total = [], 0.0, dict.fromkeys(KINDS, 0.0)
     for stage, title in STAGE_TITLES.items():
         m = run[stage]
         if m is None:
@@ -207,10 +208,17 @@ def time_rows(run: dict) -> list[list[str]]:
         metrics = m.data.get("metrics", {})
         kinds = metrics.get("time_by_kind")
         wall = metrics.get("wall_seconds")
-        rows.append([title, f"{wall:.0f}" if wall else "–"] + [_seconds(kinds, k) for k in KINDS])
+        total += (wall or 0.0) + ((kinds or {}).get("startup") or 0.0)
+        for k in KINDS:
+            kinds_total[k] += (kinds or {}).get(k) or 0.0
+        threads = (metrics.get("threads") or {}).get("threads")
+        rows.append([title, f"{wall:.0f}" if wall else "–"] + [_seconds(kinds, k) for k in KINDS]
+                    + [str(threads) if threads else "–"])
         for name, sub in (metrics.get("substeps") or {}).items():
             rows.append([f"  {name}", f"{sub['seconds']:.0f}" if sub.get("seconds") else "–"]
-                        + [_seconds(sub.get("time_by_kind"), k) for k in KINDS])
+                        + [_seconds(sub.get("time_by_kind"), k) for k in KINDS] + [""])
+    if rows:
+        rows.append(["total (wall + startup)", f"{total:.0f}"] + [_seconds(kinds_total, k) for k in KINDS] + [""])
     return rows
 
 
@@ -264,7 +272,7 @@ def build_report(run_dir: Path) -> Path:
              "Where the minutes go, in seconds of wall time (each second counted once, for the innermost kind of "
              "work: an evaluation's sampling is `sampling`; GRPO's rollouts are `training`; `startup` is the "
              "process's start to the stage body):", "",
-             _table(["stage", "wall", *KINDS], time_rows(run)), "", "## Findings", ""]
+             _table(["stage", "wall", *KINDS, "threads"], time_rows(run)), "", "## Findings", ""]
     seeds = _seeds(run_dir)
     parts.append(f"Training seeds measured: {seeds}" + (" (one seed: run `make findings` for more)"
                                                           if len(seeds) == 1 else " (`make findings`)") + ".")
