@@ -36,7 +36,7 @@ import os
 import torch
 import torch.nn.functional as F
 
-__all__ = ["decode", "fast_generate", "in_processes", "supports"]
+__all__ = ["decode", "fast_generate", "in_processes", "loop_can_sample", "supports"]
 
 _COMPACT_SHARE = 0.25  # compact the cache once this share of the batch has finished
 
@@ -168,6 +168,14 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def loop_can_sample(config) -> bool:
+    """Whether :func:`decode` samples what the generation config asks for: one beam, no top-k, min-p or
+    repetition penalty. transformers 5 leaves unset fields ``None`` (``num_beams`` included, as in the
+    config GRPOTrainer builds), which means their neutral value."""
+    return ((getattr(config, "num_beams", None) or 1) == 1 and not (getattr(config, "top_k", None) or 0)
+            and getattr(config, "min_p", None) is None and (getattr(config, "repetition_penalty", None) or 1.0) == 1.0)
+
+
 def fast_generate(model):
     """A ``generate`` for ``model`` that runs :func:`decode` when the generation config asks for what it
     does (sampling with temperature and top-p, or greedy; no top-k, min-p, repetition penalty, beams),
@@ -181,10 +189,8 @@ def fast_generate(model):
 
     def generate(input_ids=None, attention_mask=None, generation_config=None, **kwargs):
         config = generation_config or model.generation_config
-        plain = (input_ids is not None and not kwargs.get("inputs_embeds") and getattr(config, "num_beams", 1) == 1
-                 and not (getattr(config, "top_k", 0) or 0) and getattr(config, "min_p", None) is None
-                 and (getattr(config, "repetition_penalty", 1.0) or 1.0) == 1.0 and supports(model))
-        if not plain:
+        if input_ids is None or kwargs.get("inputs_embeds") is not None or not loop_can_sample(config) \
+                or not supports(model):
             return original(input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config,
                             **kwargs)
         if attention_mask is None:

@@ -205,3 +205,16 @@ def test_fast_generate_shares_rows_between_processes_reproducibly_under_the_glob
         torch.set_num_threads(threads)
     assert torch.equal(runs[0], runs[1]) and not torch.equal(runs[0], runs[2])
     assert torch.equal(split, model.generate(input_ids=ids, attention_mask=mask, generation_config=greedy))
+
+
+def test_loop_samples_for_configs_with_unset_fields():
+    """transformers 5 leaves unset generation fields None (GRPOTrainer's config has num_beams None):
+    neutral values, so the loop runs; an option it lacks sends the call to generate."""
+    from transformers import GenerationConfig
+
+    from eval.decode import loop_can_sample
+
+    assert loop_can_sample(GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, min_p=None,
+                                            repetition_penalty=1.0, max_new_tokens=8))
+    for option in ({"top_k": 5}, {"min_p": 0.1}, {"repetition_penalty": 1.2}, {"num_beams": 2}):
+        assert not loop_can_sample(GenerationConfig(do_sample=True, max_new_tokens=8, **option)), option

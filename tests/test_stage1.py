@@ -35,10 +35,16 @@ def tensors(folder) -> dict:
     return load_file(str(Path(folder) / "model.safetensors"))
 
 
-def test_stage1_tiny_run(base_run, tmp_path):
+def test_stage1_tiny_run(base_run, tmp_path, monkeypatch):
     root = with_base(base_run, tmp_path, "run")
     r = recipe(root, "run")
+    from transformers import GenerationMixin
+
+    generate_calls = []  # GRPO's rollouts must go through the project's decode loop, not generate
+    plain_generate = GenerationMixin.generate
+    monkeypatch.setattr(GenerationMixin, "generate", lambda *a, **k: generate_calls.append(1) or plain_generate(*a, **k))
     m = run_stage(r, "stage1", stages.stage1_zero.run)
+    assert generate_calls == [], "a rollout fell back to transformers' generate"
     d = r.stage_dir("stage1")
 
     assert m.status == "complete" and m.stage == "stage1"
