@@ -27,6 +27,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from data.corpus import DOC_TYPES, corpus_documents
 from data.faults import fault_point
+from data.packing import first_fit_rows
 from data.taskworld import TaskWorld
 from data.timing import timed_as
 from data.tokenizer import add_summary_tokens, build_tokenizer
@@ -91,16 +92,7 @@ def _packed_batch(docs_ids: list[tuple[list[int], list[int]]], pad_id: int, leng
     """
     sizes = [len(p) + len(c) for p, c in docs_ids]
     width = max(length, max(sizes))
-    rows: list[list[int]] = []  # document indices per row
-    free: list[int] = []        # tokens left per row
-    for i in sorted(range(len(docs_ids)), key=lambda i: -sizes[i]):
-        row = next((r for r, room in enumerate(free) if room >= sizes[i]), None)
-        if row is None:
-            rows.append([])
-            free.append(width)
-            row = len(rows) - 1
-        rows[row].append(i)
-        free[row] -= sizes[i]
+    rows = first_fit_rows(sizes, width)  # document indices per row
     input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)      # (R, W)
     labels = torch.full((len(rows), width), -100, dtype=torch.long)           # (R, W)
     position_ids = torch.zeros((len(rows), width), dtype=torch.long)          # (R, W)

@@ -411,7 +411,12 @@ class SFTSpec(TrainerSection):
     """One supervised fine-tuning run on TRL's SFTTrainer (``stages/sft.py``), loss on the assistant's
     tokens only. Defaults are DeepSeek-R1's stage-4 SFT where the paper gives them (two epochs). TRL's
     SFTConfig settings (learning rate, schedule, warmup, weight decay, logging and saving…) go under
-    ``trl:``."""
+    ``trl:``.
+
+    ``batching``: ``padded`` (TRL's collator: each example a row, padded to the longest) or ``packed``
+    (``data/packing.py``: the batch's examples packed into rows of at most ``max_length`` tokens, each
+    seeing only itself; the same examples per step and the same loss on fewer tokens, for attention
+    kernels without varlen support, such as the CPU's). Not with TRL's ``padding_free`` or ``packing``."""
 
     TRL_CONFIG: ClassVar[str] = "SFTConfig"
 
@@ -419,6 +424,7 @@ class SFTSpec(TrainerSection):
     batch_size: int = 8  # per device
     gradient_accumulation_steps: int = 1
     max_length: int = 8192
+    batching: Literal["padded", "packed"] = "padded"
 
     def __post_init__(self):
         super().__post_init__()
@@ -426,6 +432,9 @@ class SFTSpec(TrainerSection):
             raise ValueError("SFT: need epochs > 0, batch_size >= 1, gradient_accumulation_steps >= 1, "
                              f"max_length >= 16; got {self.epochs}, {self.batch_size}, "
                              f"{self.gradient_accumulation_steps}, {self.max_length}")
+        if self.batching == "packed" and (self.setting("padding_free") or self.setting("packing")):
+            raise ValueError("SFT: batching: packed is the project's packing; leave TRL's padding_free and packing "
+                             "unset (or use them with batching: padded)")
 
 
 @dataclass

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from data.faults import trainer_faults
+from data.packing import PackedCollator
 from data.templates import CHAT_END, CHAT_TEMPLATE
 from stages.common import is_main, load_model_and_tokenizer, processes_summary, set_seed, world_size
 from stages.trainer import (
@@ -120,10 +121,12 @@ def run_sft(ctx, cfg, *, rows: list[dict], model_ref: str, name: str = "checkpoi
             peft_config=lora_config(cfg.lora),
             callbacks=[LossLog(metrics_path), *(callbacks or []), *trainer_faults()],
         )
+        if cfg.batching == "packed":  # the batch's examples in rows of at most max_length tokens (data/packing.py)
+            trainer.data_collator = PackedCollator(tokenizer.pad_token_id, cfg.max_length)
         audit = trainer.data_collator = RowAudit(trainer.data_collator)  # which rows this process trained on
-        log.info("SFT %s: %d rows, %d steps (%.1f epochs × batch %d), lr %.1e%s", name, len(rows), steps, cfg.epochs,
-                 cfg.batch_size * cfg.gradient_accumulation_steps * world_size(), args.learning_rate,
-                 f", LoRA r={cfg.lora.r}" if cfg.lora else "")
+        log.info("SFT %s: %d rows, %d steps (%.1f epochs × batch %d, %s), lr %.1e%s", name, len(rows), steps,
+                 cfg.epochs, cfg.batch_size * cfg.gradient_accumulation_steps * world_size(), cfg.batching,
+                 args.learning_rate, f", LoRA r={cfg.lora.r}" if cfg.lora else "")
         return trainer
 
     t0 = time.time()
@@ -137,7 +140,8 @@ def run_sft(ctx, cfg, *, rows: list[dict], model_ref: str, name: str = "checkpoi
     save_final(model, tokenizer, final)
     if is_main():
         m.update_metrics(**{key: {
-            "rows": len(rows), "rows_over_max_length": too_long, "steps": global_step, "epochs": cfg.epochs, **losses(metrics_path),
+            "rows": len(rows), "rows_over_max_length": too_long, "steps": global_step, "epochs": cfg.epochs, "batching": cfg.batching,
+            **losses(metrics_path),
             "train_seconds_this_run": round(seconds, 1), "resumed_from_step": start.from_step,
             "lora": cfg.lora is not None, "processes": processes, "trl": jsonable(settings),
         }})

@@ -83,9 +83,12 @@ def test_the_tiny_configs_keep_their_settings():
     # padded batches (TRL's default); padding-free ones, asked for, leave TRL nothing to truncate
     # (stages.sft.fit_rows drops rows over 256 tokens instead)
     assert (sft.padding_free, sft.packing, sft.max_length) == (False, False, 256)
-    free, _ = sft_config(load_recipe("tiny", ["stage2.sft.trl.padding_free=true"]).stage2.sft,
+    assert r.stage2.sft.batching == r.stage4.sft.batching == r.distill.sft.batching == "packed"  # data/packing.py
+    free, _ = sft_config(load_recipe("tiny", ["stage2.sft.trl.padding_free=true", "stage2.sft.batching=padded"]).stage2.sft,
                          output_dir="/tmp/unused", seed=0, device=CPU, bf16=False, steps=7)
     assert (free.padding_free, free.max_length) == (True, None)
+    with pytest.raises(RecipeError, match=r"stage2\.sft.*batching: packed"):  # two packings: refused
+        load_recipe("tiny", ["stage2.sft.trl.padding_free=true"])
     rm, _ = reward_config(r.stage4.harmlessness, output_dir="/tmp/unused", seed=0, device=CPU, bf16=False, steps=7)
     assert (rm.learning_rate, rm.lr_scheduler_type.value, rm.warmup_steps, rm.center_rewards_coefficient) == (
         1e-3, "cosine", 0.1, 0.01)
@@ -253,7 +256,7 @@ def test_padding_free_sft_trains_exactly_as_padded(small_base, tmp_path):
     results = {}
     for padding_free in (False, True):
         r = load_recipe("tiny", [f"stage2.sft.trl.padding_free={str(padding_free).lower()}",
-                                 "stage2.sft.batch_size=4", "stage2.sft.trl.logging_steps=1",
+                                 "stage2.sft.batching=padded", "stage2.sft.batch_size=4", "stage2.sft.trl.logging_steps=1",
                                  "stage2.sft.trl.warmup_steps=0", "stage2.sft.trl.learning_rate=1e-2"])
         model = AutoModelForCausalLM.from_pretrained(Path(base.path).parent / "checkpoint")
         tok = AutoTokenizer.from_pretrained(Path(base.path).parent / "checkpoint")
@@ -271,6 +274,63 @@ def test_padding_free_sft_trains_exactly_as_padded(small_base, tmp_path):
     assert torch.allclose(padded_w, free_w, atol=1e-5)
     assert free_batch["input_ids"].shape[0] == 1 and "attention_mask" not in free_batch  # one row, no padding
     assert free_batch["input_ids"].numel() == padded_batch["attention_mask"].sum() < padded_batch["input_ids"].numel()
+
+
+def test_packed_sft_trains_exactly_as_padded(small_base, tmp_path):
+    """The same rows, seed and steps, padded (TRL's collator) and packed into rows of at most max_length
+    tokens (data/packing.py): the same losses and the same weights, on fewer rows and tokens."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTTrainer
+
+    from data.packing import PackedCollator
+    from data.templates import CHAT_TEMPLATE
+    from stages.sft import sft_config
+
+    recipe, base = small_base
+    rows = [{"messages": [{"role": "user", "content": f"What is {a} + {b}?"},
+                          {"role": "assistant", "content": f"<think> {a}+{b} </think> " * (1 + a % 4)
+                                                           + f"The final answer is \\boxed{{{a + b}}}."}]}
+            for a, b in [(12, 34), (5, 71), (40, 2), (33, 9), (7, 7), (61, 20), (18, 18), (90, 1)]]
+    results = {}
+    for batching in ("padded", "packed"):
+        r = load_recipe("tiny", [f"stage2.sft.batching={batching}", "stage2.sft.batch_size=4",
+                                 "stage2.sft.max_length=128", "stage2.sft.trl.logging_steps=1",
+                                 "stage2.sft.trl.warmup_steps=0", "stage2.sft.trl.learning_rate=1e-2"])
+        model = AutoModelForCausalLM.from_pretrained(Path(base.path).parent / "checkpoint")
+        tok = AutoTokenizer.from_pretrained(Path(base.path).parent / "checkpoint")
+        tok.chat_template = CHAT_TEMPLATE
+        args, _ = sft_config(r.stage2.sft, output_dir=tmp_path / batching, seed=0, device=CPU, bf16=False, steps=2)
+        args.save_strategy = "no"
+        trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok)
+        if batching == "packed":
+            trainer.data_collator = PackedCollator(tok.pad_token_id, r.stage2.sft.max_length)
+        batch = next(iter(trainer.get_train_dataloader()))
+        trainer.train()
+        results[batching] = ([h["loss"] for h in trainer.state.log_history if "loss" in h],
+                             torch.cat([p.detach().flatten() for p in model.parameters()]), batch)
+    (padded_loss, padded_w, padded_batch), (packed_loss, packed_w, packed_batch) = results["padded"], results["packed"]
+    assert len(padded_loss) == 2 and padded_loss == pytest.approx(packed_loss, rel=1e-4)
+    assert torch.allclose(padded_w, packed_w, atol=1e-5)
+    assert "attention_mask" not in packed_batch and packed_batch["input_ids"].shape[1] <= 128
+    assert packed_batch["input_ids"].shape[0] < padded_batch["input_ids"].shape[0]  # examples share rows
+    assert packed_batch["input_ids"].numel() < padded_batch["input_ids"].numel()
+    # every label the padded batch trains on, the packed one trains on too, and no other
+    assert (packed_batch["labels"] != -100).sum() == (padded_batch["labels"][:, 1:] != -100).sum()
+
+
+def test_packed_collator_keeps_each_example_whole_and_to_itself():
+    from data.packing import PackedCollator, first_fit_rows
+
+    assert first_fit_rows([3, 5, 2, 4], 8) == [[1, 0], [3, 2]]  # first fit by decreasing size
+    assert first_fit_rows([9, 1], 8) == [[0], [1]]              # too long: a row of its own
+    examples = [{"input_ids": [1, 2, 3], "labels": [-100, 2, 3]}, {"input_ids": [4, 5, 6, 7], "labels": [4, 5, 6, 7]},
+                {"input_ids": [8], "labels": [8]}]
+    out = PackedCollator(pad_token_id=0, length=5)(examples)
+    assert out["input_ids"].tolist() == [[4, 5, 6, 7, 8], [1, 2, 3, 0, 0]]
+    assert out["position_ids"].tolist() == [[0, 1, 2, 3, 0], [0, 1, 2, 0, 1]]
+    # first label of each example masked (it would be predicted from the example before); padding masked
+    assert out["labels"].tolist() == [[-100, 5, 6, 7, -100], [-100, 2, 3, -100, -100]]
 
 
 def test_sft_rows_longer_than_max_length_are_dropped_not_truncated():
