@@ -238,38 +238,47 @@ def test_precision():
     assert device_and_precision(recipe, SimpleNamespace(precision="bf16")) == (CPU, True)  # allowed, with a warning
 
 
-def test_padding_free_sft_trains_exactly_as_padded(small_base, tmp_path):
-    """The same rows, seed and steps, with and without padding: the same losses and the same weights (the
-    block-diagonal mask from the position ids keeps each example to itself), on fewer tokens."""
+SFT_ROWS = [{"messages": [{"role": "user", "content": f"What is {a} + {b}?"},
+                          {"role": "assistant", "content": f"<think> {a}+{b} </think> " * (1 + a % 4)
+                                                           + f"The final answer is \\boxed{{{a + b}}}."}]}
+            for a, b in [(12, 34), (5, 71), (40, 2), (33, 9), (7, 7), (61, 20), (18, 18), (90, 1)]]
+
+
+def two_sft_steps(small_base, out_dir, overrides: list[str]):
+    """(losses, flat weights, first batch) of 2 SFT steps of the small base on SFT_ROWS, batch 4, through
+    stage 2's SFT section with ``overrides``, with the collator run_sft would install."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTTrainer
 
+    from data.packing import PackedCollator
     from data.templates import CHAT_TEMPLATE
     from stages.sft import sft_config
 
-    recipe, base = small_base
-    rows = [{"messages": [{"role": "user", "content": f"What is {a} + {b}?"},
-                          {"role": "assistant", "content": f"<think> {a}+{b} </think> " * (1 + a % 4)
-                                                           + f"The final answer is \\boxed{{{a + b}}}."}]}
-            for a, b in [(12, 34), (5, 71), (40, 2), (33, 9), (7, 7), (61, 20), (18, 18), (90, 1)]]
-    results = {}
-    for padding_free in (False, True):
-        r = load_recipe("tiny", [f"stage2.sft.trl.padding_free={str(padding_free).lower()}",
-                                 "stage2.sft.batching=padded", "stage2.sft.batch_size=4", "stage2.sft.trl.logging_steps=1",
-                                 "stage2.sft.trl.warmup_steps=0", "stage2.sft.trl.learning_rate=1e-2"])
-        model = AutoModelForCausalLM.from_pretrained(Path(base.path).parent / "checkpoint")
-        tok = AutoTokenizer.from_pretrained(Path(base.path).parent / "checkpoint")
-        tok.chat_template = CHAT_TEMPLATE
-        args, _ = sft_config(r.stage2.sft, output_dir=tmp_path / str(padding_free), seed=0, device=CPU, bf16=False,
-                             steps=2)
-        args.save_strategy = "no"
-        trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok)
-        batch = next(iter(trainer.get_train_dataloader()))
-        trainer.train()
-        results[padding_free] = ([h["loss"] for h in trainer.state.log_history if "loss" in h],
-                                 torch.cat([p.detach().flatten() for p in model.parameters()]), batch)
-    (padded_loss, padded_w, padded_batch), (free_loss, free_w, free_batch) = results[False], results[True]
+    _, base = small_base
+    spec = load_recipe("tiny", ["stage2.sft.batch_size=4", "stage2.sft.trl.logging_steps=1",
+                                "stage2.sft.trl.warmup_steps=0", "stage2.sft.trl.learning_rate=1e-2",
+                                *overrides]).stage2.sft
+    model = AutoModelForCausalLM.from_pretrained(Path(base.path).parent / "checkpoint")
+    tok = AutoTokenizer.from_pretrained(Path(base.path).parent / "checkpoint")
+    tok.chat_template = CHAT_TEMPLATE
+    args, _ = sft_config(spec, output_dir=out_dir, seed=0, device=CPU, bf16=False, steps=2)
+    args.save_strategy = "no"
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(SFT_ROWS), processing_class=tok)
+    if spec.batching == "packed":
+        trainer.data_collator = PackedCollator(tok.pad_token_id, spec.max_length)
+    batch = next(iter(trainer.get_train_dataloader()))
+    trainer.train()
+    return ([h["loss"] for h in trainer.state.log_history if "loss" in h],
+            torch.cat([p.detach().flatten() for p in model.parameters()]), batch)
+
+
+def test_padding_free_sft_trains_exactly_as_padded(small_base, tmp_path):
+    """The same rows, seed and steps, with and without padding: the same losses and the same weights (the
+    block-diagonal mask from the position ids keeps each example to itself), on fewer tokens."""
+    padded_loss, padded_w, padded_batch = two_sft_steps(small_base, tmp_path / "padded", ["stage2.sft.batching=padded"])
+    free_loss, free_w, free_batch = two_sft_steps(small_base, tmp_path / "free", [
+        "stage2.sft.batching=padded", "stage2.sft.trl.padding_free=true"])
     assert len(padded_loss) == 2 and padded_loss == pytest.approx(free_loss, rel=1e-4)
     assert torch.allclose(padded_w, free_w, atol=1e-5)
     assert free_batch["input_ids"].shape[0] == 1 and "attention_mask" not in free_batch  # one row, no padding
@@ -279,37 +288,9 @@ def test_padding_free_sft_trains_exactly_as_padded(small_base, tmp_path):
 def test_packed_sft_trains_exactly_as_padded(small_base, tmp_path):
     """The same rows, seed and steps, padded (TRL's collator) and packed into rows of at most max_length
     tokens (data/packing.py): the same losses and the same weights, on fewer rows and tokens."""
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import SFTTrainer
-
-    from data.packing import PackedCollator
-    from data.templates import CHAT_TEMPLATE
-    from stages.sft import sft_config
-
-    recipe, base = small_base
-    rows = [{"messages": [{"role": "user", "content": f"What is {a} + {b}?"},
-                          {"role": "assistant", "content": f"<think> {a}+{b} </think> " * (1 + a % 4)
-                                                           + f"The final answer is \\boxed{{{a + b}}}."}]}
-            for a, b in [(12, 34), (5, 71), (40, 2), (33, 9), (7, 7), (61, 20), (18, 18), (90, 1)]]
-    results = {}
-    for batching in ("padded", "packed"):
-        r = load_recipe("tiny", [f"stage2.sft.batching={batching}", "stage2.sft.batch_size=4",
-                                 "stage2.sft.max_length=128", "stage2.sft.trl.logging_steps=1",
-                                 "stage2.sft.trl.warmup_steps=0", "stage2.sft.trl.learning_rate=1e-2"])
-        model = AutoModelForCausalLM.from_pretrained(Path(base.path).parent / "checkpoint")
-        tok = AutoTokenizer.from_pretrained(Path(base.path).parent / "checkpoint")
-        tok.chat_template = CHAT_TEMPLATE
-        args, _ = sft_config(r.stage2.sft, output_dir=tmp_path / batching, seed=0, device=CPU, bf16=False, steps=2)
-        args.save_strategy = "no"
-        trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok)
-        if batching == "packed":
-            trainer.data_collator = PackedCollator(tok.pad_token_id, r.stage2.sft.max_length)
-        batch = next(iter(trainer.get_train_dataloader()))
-        trainer.train()
-        results[batching] = ([h["loss"] for h in trainer.state.log_history if "loss" in h],
-                             torch.cat([p.detach().flatten() for p in model.parameters()]), batch)
-    (padded_loss, padded_w, padded_batch), (packed_loss, packed_w, packed_batch) = results["padded"], results["packed"]
+    padded_loss, padded_w, padded_batch = two_sft_steps(small_base, tmp_path / "padded", ["stage2.sft.batching=padded"])
+    packed_loss, packed_w, packed_batch = two_sft_steps(small_base, tmp_path / "packed", [
+        "stage2.sft.batching=packed", "stage2.sft.max_length=128"])
     assert len(padded_loss) == 2 and padded_loss == pytest.approx(packed_loss, rel=1e-4)
     assert torch.allclose(padded_w, packed_w, atol=1e-5)
     assert "attention_mask" not in packed_batch and packed_batch["input_ids"].shape[1] <= 128
