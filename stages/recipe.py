@@ -240,7 +240,7 @@ SET_BY_PROJECT: dict[str, str] = {
     "max_length": "max_length",
     "seed": "seed (null: the recipe's)",
     "data_seed": "seed (null: the recipe's)",
-    "bf16": "precision (auto: bf16 on CUDA, fp32 on CPU, where TRL's bf16 default was slower)",
+    "bf16": "precision (auto: bf16 on CUDA, fp32 on CPU; autocast: bf16 compute where the device has bf16 kernels)",
     "fp16": "precision",
     "use_cpu": "the recipe's device",
     "gradient_checkpointing": "gradient_checkpointing (CUDA only: TRL's default, on, only slows a CPU run)",
@@ -290,14 +290,18 @@ def trl_problem(config: str, key: str) -> str | None:
 
 @dataclass
 class TrainerSection:
-    """What every trainer section has. ``precision``: auto = bf16 on CUDA, fp32 on CPU.
-    ``gradient_checkpointing`` applies on CUDA only. ``seed``: null = the recipe's. ``lora``: train
+    """What every trainer section has. ``precision``: auto = bf16 on CUDA, fp32 on CPU; fp32; bf16
+    (bf16 weights); autocast = fp32 weights with bf16 matmuls where the device has bf16 kernels, else
+    fp32 (``stages.trainer.device_and_precision``). ``attn_implementation``: the attention kernel the
+    trainer's model uses (``model``: the checkpoint's; on the CPU, eager ran faster than sdpa under
+    autocast, docs/speed.md). ``gradient_checkpointing`` applies on CUDA only. ``seed``: null = the recipe's. ``lora``: train
     LoRA adapters (peft) instead of every weight, merged on save. ``trl``: settings of the section's TRL
     config (``TRL_CONFIG``), passed through as they are (see :data:`PROJECT_DEFAULTS`)."""
 
     TRL_CONFIG: ClassVar[str] = ""
 
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    precision: Literal["auto", "fp32", "bf16", "autocast"] = "auto"
+    attn_implementation: Literal["model", "eager", "sdpa"] = "model"
     gradient_checkpointing: bool = True
     seed: int | None = None
     lora: LoraSpec | None = None

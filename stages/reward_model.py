@@ -45,6 +45,7 @@ from stages.trainer import (
     losses,
     save_final,
     seed_of,
+    set_attention,
     steps_for_epochs,
     trl_args,
 )
@@ -126,17 +127,19 @@ def train_reward_model(ctx, spec, *, pairs: Callable[[], list[dict]], init_ref: 
     n_eval = max(1, int(len(order) * held_out))
     eval_pairs, train_pairs = order[:n_eval], order[n_eval:]
     seed = seed_of(recipe, spec)
-    device, bf16 = device_and_precision(recipe, spec)
+    precision = device_and_precision(recipe, spec)
     set_seed(seed)  # the scalar head is initialised at random
     tokenizer = load_tokenizer(init_ref, trust_remote_code=recipe.trust_remote_code)
     if not tokenizer.chat_template:
         tokenizer.chat_template = CHAT_TEMPLATE
-    model = AutoModelForSequenceClassification.from_pretrained(init_ref, num_labels=1,
+    model = AutoModelForSequenceClassification.from_pretrained(init_ref, num_labels=1, dtype=precision.dtype,
                                                                trust_remote_code=recipe.trust_remote_code)
+    set_attention(model, spec)
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     steps = steps_for_epochs(spec.epochs, len(train_pairs), spec)
-    args, settings = reward_config(spec, output_dir=trainer_dir, seed=seed, device=device, bf16=bf16, steps=steps)
+    args, settings = reward_config(spec, output_dir=trainer_dir, seed=seed, device=precision.device,
+                                   bf16=precision.bf16, steps=steps)
 
     def make_trainer():
         log.info("reward model %s: %d pairs (%d held out), %d steps from %s", name, len(train_pairs), n_eval, steps,
@@ -150,11 +153,12 @@ def train_reward_model(ctx, spec, *, pairs: Callable[[], list[dict]], init_ref: 
     seconds = time.time() - t0
     save_final(trained, tokenizer, final)
     del trainer, trained
-    scorer = RewardScorer(str(final), device=device, max_length=spec.max_length,
+    scorer = RewardScorer(str(final), device=precision.device, max_length=spec.max_length,
                           trust_remote_code=recipe.trust_remote_code)
     accuracy = pairwise_accuracy(scorer, eval_pairs)
     m.update_metrics(**{name: {"pairs_train": len(train_pairs), "pairs_held_out": n_eval, "steps": steps,
                                **losses(metrics_path), "held_out_pair_accuracy": accuracy,
-                               "train_seconds": round(seconds, 1), "trl": jsonable(settings)}})
+                               "train_seconds": round(seconds, 1), "precision": precision.name,
+                               "trl": jsonable(settings)}})
     log.info("reward model %s: held-out pair accuracy %.3f (%.0fs)", name, accuracy or 0.0, seconds)
     return final

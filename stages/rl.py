@@ -71,6 +71,7 @@ from stages.trainer import (
     lora_config,
     save_final,
     seed_of,
+    set_attention,
     trl_args,
     truncate_jsonl,
 )
@@ -421,7 +422,8 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
 
     recipe, m, out = ctx.recipe, ctx.manifest, Path(ctx.dir)
     seed = seed_of(recipe, cfg)
-    device, bf16 = device_and_precision(recipe, cfg)
+    precision = device_and_precision(recipe, cfg)
+    device = precision.device
     check_vllm(cfg, device)
     names, funcs, weights = rewards or reward_functions(cfg)
     trainer_dir, metrics_path, final = out / "trainer", out / METRICS_NAME, out / "checkpoint"
@@ -443,12 +445,12 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
         m.save()
 
     # -- model, data, and the "before" evaluation --------------------------------------------
-    dtype = torch.bfloat16 if bf16 else torch.float32
     finished = start.done and "eval_before" in m.data["metrics"]  # a resumed run with nothing left but "after"
     if not finished:
         set_seed(seed)
         model, tokenizer = load_model_and_tokenizer(model_ref, device=device, trust_remote_code=recipe.trust_remote_code,
-                                                    dtype=dtype)
+                                                    dtype=precision.dtype)
+        set_attention(model, cfg)
         if m.data["inputs"]["model"] is None:
             m.set_input_model(model_ref)
         context = getattr(model.config, "max_position_embeddings", None)
@@ -478,10 +480,10 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
     if start.done:
         log.info("training already finished (%s); evaluating it", final)
         model, tokenizer = load_model_and_tokenizer(str(final), device=device,
-                                                    trust_remote_code=recipe.trust_remote_code, dtype=dtype)
+                                                    trust_remote_code=recipe.trust_remote_code, dtype=precision.dtype)
     else:
         t0 = time.time()
-        args, settings = grpo_config(cfg, output_dir=trainer_dir, seed=seed, device=device, bf16=bf16,
+        args, settings = grpo_config(cfg, output_dir=trainer_dir, seed=seed, device=device, bf16=precision.bf16,
                                      reward_weights=weights, section=ctx.stage)
 
         def evaluate_now(live_model, step: int) -> None:
@@ -497,7 +499,7 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
         def make_trainer():
             log.info("GRPO: %d steps × %d prompts × %d samples, loss %s, lr %.1e, beta %g, %s, %s", cfg.steps,
                      cfg.prompts_per_step, cfg.num_generations, args.loss_type, args.learning_rate, args.beta,
-                     device.type, "bf16" if bf16 else "fp32")
+                     device.type, precision.name)
             return GRPOTrainer(
                 model=model,
                 reward_funcs=[recorder.wrap(n, f) for n, f in zip(names, funcs, strict=True)],
@@ -519,7 +521,7 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
             rows = read_jsonl_tolerant(metrics_path)
             m.update_metrics(train={**_train_summary(rows, global_step, start.from_step, train_seconds,
                                                      recorder.candidates_written), "processes": processes,
-                                    "trl": jsonable(settings)})
+                                    "precision": precision.name, "trl": jsonable(settings)})
 
     # -- the "after" evaluation ----------------------------------------------------------------
     if is_main():

@@ -40,6 +40,7 @@ from stages.trainer import (
     losses,
     save_final,
     seed_of,
+    set_attention,
     steps_for_epochs,
     trl_args,
 )
@@ -93,12 +94,13 @@ def run_sft(ctx, cfg, *, rows: list[dict], model_ref: str, name: str = "checkpoi
         raise ValueError(f"SFT {name}: no training rows")
 
     seed = seed_of(recipe, cfg)
-    device, bf16 = device_and_precision(recipe, cfg)
+    precision = device_and_precision(recipe, cfg)
     set_seed(seed)
     if m.data["inputs"]["model"] is None:
         m.set_input_model(model_ref)
-    model, tokenizer = load_model_and_tokenizer(model_ref, device=device, trust_remote_code=recipe.trust_remote_code,
-                                                dtype=torch.bfloat16 if bf16 else torch.float32)
+    model, tokenizer = load_model_and_tokenizer(model_ref, device=precision.device,
+                                                trust_remote_code=recipe.trust_remote_code, dtype=precision.dtype)
+    set_attention(model, cfg)
     if not tokenizer.chat_template or "{% generation %}" not in tokenizer.chat_template:
         log.info("SFT %s: the tokenizer has no chat template with generation markers; installing ChatML", name)
         tokenizer.chat_template = CHAT_TEMPLATE
@@ -108,7 +110,8 @@ def run_sft(ctx, cfg, *, rows: list[dict], model_ref: str, name: str = "checkpoi
     if not rows:
         raise ValueError(f"SFT {name}: every row is longer than max_length ({cfg.max_length} tokens): raise it")
     steps = steps_for_epochs(cfg.epochs, len(rows), cfg)
-    args, settings = sft_config(cfg, output_dir=trainer_dir, seed=seed, device=device, bf16=bf16, steps=steps)
+    args, settings = sft_config(cfg, output_dir=trainer_dir, seed=seed, device=precision.device, bf16=precision.bf16,
+                                steps=steps)
     audit = None
 
     def make_trainer():
@@ -143,7 +146,8 @@ def run_sft(ctx, cfg, *, rows: list[dict], model_ref: str, name: str = "checkpoi
             "rows": len(rows), "rows_over_max_length": too_long, "steps": global_step, "epochs": cfg.epochs, "batching": cfg.batching,
             **losses(metrics_path),
             "train_seconds_this_run": round(seconds, 1), "resumed_from_step": start.from_step,
-            "lora": cfg.lora is not None, "processes": processes, "trl": jsonable(settings),
+            "lora": cfg.lora is not None, "processes": processes, "precision": precision.name,
+            "trl": jsonable(settings),
         }})
     return final
 

@@ -2,7 +2,8 @@
 models (``stages/reward_model.py``). Each of them keeps only what is its own (datasets, rewards, rollout
 records, evaluations); what they have in common lives here, once:
 
-- :func:`device_and_precision`: the device, and bf16 or fp32 from the section's ``precision``;
+- :func:`device_and_precision`: the device, the weights' dtype and bf16 compute, from the section's
+  ``precision`` (fp32, bf16 weights, or bf16 autocast over fp32 weights); :func:`set_attention`;
 - :func:`begin`: fresh, resumed from the last complete ``checkpoint-N``, or already finished;
 - :func:`trl_args`: TRL's config for a recipe section: TRL's defaults, overridden by the project's
   (``stages.recipe.PROJECT_DEFAULTS``), by the recipe's ``trl:`` mapping, and last by the settings the
@@ -33,6 +34,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from transformers import TrainerCallback
@@ -53,15 +55,49 @@ _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_m
 # ---------------------------------------------------------------------------------------------
 
 
-def device_and_precision(recipe, cfg) -> tuple[torch.device, bool]:
-    """(device, bf16) for a trainer section on this machine. ``precision: auto`` is bf16 on a CUDA device
-    that supports it, else fp32: on CPU, TRL's own default (bf16) made GRPO slower (NOTES.md)."""
+class Precision(NamedTuple):
+    """How a trainer section computes: on ``device``, weights of ``dtype``, and TRL's ``bf16`` flag
+    (bf16 compute: autocast for fp32 weights); ``name`` for logs and the manifest."""
+
+    device: torch.device
+    dtype: torch.dtype
+    bf16: bool
+    name: str
+
+
+def device_and_precision(recipe, cfg) -> Precision:
+    """A trainer section's :class:`Precision` on this machine, from its ``precision``:
+
+    - ``fp32``: fp32 weights and arithmetic;
+    - ``bf16``: bf16 weights (a GPU's usual choice);
+    - ``autocast``: fp32 weights, matmuls in bf16 under autocast, where the device has bf16 kernels (a
+      CUDA device that supports bf16; a CPU where oneDNN has them: AVX-512 or Arm bf16), else fp32: on an
+      AVX2-only CPU autocast emulates bf16, many times slower (docs/speed.md). The numbers of a run then
+      depend on the machine, as the tiny base's do (``base.pretrain.bf16_autocast: auto``);
+    - ``auto``: bf16 on a CUDA device that supports it, else fp32."""
     device = pick_device(recipe.device)
     cuda = device.type == "cuda"
     if cfg.precision == "bf16" and not cuda:
-        log.warning("precision bf16 requested on CPU: allowed, but it was slower than fp32 for GRPO on CPU")
-    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and cuda and torch.cuda.is_bf16_supported())
-    return device, bf16
+        log.warning("precision bf16 requested on CPU: allowed, but bf16 weights learnt worse than fp32 on the "
+                    "tiny recipe (precision: autocast keeps fp32 weights)")
+    if cfg.precision == "bf16" or (cfg.precision == "auto" and cuda and torch.cuda.is_bf16_supported()):
+        return Precision(device, torch.bfloat16, True, "bf16")
+    if cfg.precision == "autocast" and native_bf16(device):
+        return Precision(device, torch.float32, True, "bf16 autocast")
+    return Precision(device, torch.float32, False, "fp32")
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` computes bf16 natively (on the CPU: oneDNN's check, AVX-512 or Arm bf16)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def set_attention(model, cfg) -> None:
+    """The section's ``attn_implementation`` (``model``: what the checkpoint's config says)."""
+    if cfg.attn_implementation != "model":
+        model.set_attn_implementation(cfg.attn_implementation)
 
 
 def seed_of(recipe, cfg) -> int:

@@ -233,9 +233,44 @@ def test_a_trainer_that_cannot_resume_starts_over(tmp_path):
 
 def test_precision():
     recipe = SimpleNamespace(device="cpu")
-    assert device_and_precision(recipe, SimpleNamespace(precision="auto")) == (CPU, False)
-    assert device_and_precision(recipe, SimpleNamespace(precision="fp32")) == (CPU, False)
-    assert device_and_precision(recipe, SimpleNamespace(precision="bf16")) == (CPU, True)  # allowed, with a warning
+    fp32 = (CPU, torch.float32, False, "fp32")
+    assert device_and_precision(recipe, SimpleNamespace(precision="auto")) == fp32
+    assert device_and_precision(recipe, SimpleNamespace(precision="fp32")) == fp32
+    # bf16 weights: allowed on the CPU, with a warning
+    assert device_and_precision(recipe, SimpleNamespace(precision="bf16")) == (CPU, torch.bfloat16, True, "bf16")
+    # autocast: fp32 weights, bf16 compute only where the CPU has bf16 kernels
+    native = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    assert device_and_precision(recipe, SimpleNamespace(precision="autocast")) == (
+        (CPU, torch.float32, True, "bf16 autocast") if native else fp32)
+
+
+def test_autocast_trains_fp32_weights_under_bf16_matmuls(chain, tmp_path, monkeypatch):
+    """precision: autocast through a real SFT stage: the weights stay fp32, the matmuls run in bf16 (where
+    the CPU has bf16 kernels; elsewhere the section falls back to fp32), and the section's attention
+    implementation reaches the model."""
+    from transformers import AutoModelForCausalLM
+    from transformers.models.qwen2 import modeling_qwen2
+
+    import stages.trainer as T
+    from stages.runner import run_stage
+    from stages.sft import run_sft
+    from tests.micro import chain_recipe
+
+    seen, eager = [], []
+    real_linear, real_eager = torch.nn.functional.linear, modeling_qwen2.eager_attention_forward
+    monkeypatch.setattr(torch.nn.functional, "linear", lambda x, *a, **k: seen.append(x.dtype) or real_linear(x, *a, **k))
+    monkeypatch.setattr(modeling_qwen2, "eager_attention_forward", lambda *a, **k: eager.append(1) or real_eager(*a, **k))
+    for native in (True, False):
+        monkeypatch.setattr(T, "native_bf16", lambda device, native=native: native)
+        seen.clear(), eager.clear()
+        r = chain_recipe(chain, tmp_path, f"native-{native}", ["stage2.sft.precision=autocast",
+                                                               "stage2.sft.attn_implementation=eager"])
+        base = str(chain[0] / "tiny" / "base" / "checkpoint")
+        m = run_stage(r, "stage2", lambda ctx: run_sft(ctx, r.stage2.sft, rows=SFT_ROWS, model_ref=base))
+        assert m.data["metrics"]["sft_checkpoint"]["precision"] == ("bf16 autocast" if native else "fp32")
+        assert AutoModelForCausalLM.from_pretrained(m.checkpoint).dtype == torch.float32
+        assert (torch.bfloat16 in seen) is native and torch.float32 in seen  # bf16 matmuls only under autocast
+        assert eager  # the section's attention implementation, not the checkpoint's sdpa
 
 
 SFT_ROWS = [{"messages": [{"role": "user", "content": f"What is {a} + {b}?"},
