@@ -260,13 +260,13 @@ def test_autocast_trains_fp32_weights_under_bf16_matmuls(chain, tmp_path, monkey
     real_linear, real_eager = torch.nn.functional.linear, modeling_qwen2.eager_attention_forward
     monkeypatch.setattr(torch.nn.functional, "linear", lambda x, *a, **k: seen.append(x.dtype) or real_linear(x, *a, **k))
     monkeypatch.setattr(modeling_qwen2, "eager_attention_forward", lambda *a, **k: eager.append(1) or real_eager(*a, **k))
+    base = str(chain[0] / "tiny" / "base" / "checkpoint")
     for native in (True, False):
         monkeypatch.setattr(T, "native_bf16", lambda device, native=native: native)
         seen.clear(), eager.clear()
         r = chain_recipe(chain, tmp_path, f"native-{native}", ["stage2.sft.precision=autocast",
                                                                "stage2.sft.attn_implementation=eager"])
-        base = str(chain[0] / "tiny" / "base" / "checkpoint")
-        m = run_stage(r, "stage2", lambda ctx: run_sft(ctx, r.stage2.sft, rows=SFT_ROWS, model_ref=base))
+        m = run_stage(r, "stage2", lambda ctx, r=r: run_sft(ctx, r.stage2.sft, rows=SFT_ROWS, model_ref=base))
         assert m.data["metrics"]["sft_checkpoint"]["precision"] == ("bf16 autocast" if native else "fp32")
         assert AutoModelForCausalLM.from_pretrained(m.checkpoint).dtype == torch.float32
         assert (torch.bfloat16 in seen) is native and torch.float32 in seen  # bf16 matmuls only under autocast
