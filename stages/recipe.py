@@ -290,13 +290,15 @@ def trl_problem(config: str, key: str) -> str | None:
 
 @dataclass
 class TrainerSection:
-    """What every trainer section has. ``precision``: auto = bf16 on CUDA, fp32 on CPU; fp32; bf16
-    (bf16 weights); autocast = fp32 weights with bf16 matmuls where the device has bf16 kernels, else
-    fp32 (``stages.trainer.device_and_precision``). ``attn_implementation``: the attention kernel the
-    trainer's model uses (``model``: the checkpoint's; on the CPU, eager ran faster than sdpa under
-    autocast, docs/speed.md). ``gradient_checkpointing`` applies on CUDA only. ``seed``: null = the recipe's. ``lora``: train
-    LoRA adapters (peft) instead of every weight, merged on save. ``trl``: settings of the section's TRL
-    config (``TRL_CONFIG``), passed through as they are (see :data:`PROJECT_DEFAULTS`)."""
+    """What every trainer section has.
+
+    ``precision``: auto = bf16 on CUDA, fp32 on CPU; fp32; bf16 (bf16 weights); autocast = fp32 weights
+    with bf16 matmuls where the device has bf16 kernels, else fp32 (``stages.trainer.device_and_precision``).
+    ``attn_implementation``: the attention kernel of the trainer's model (``model``: the checkpoint's;
+    on the CPU, eager ran faster than sdpa under autocast, docs/speed.md). ``gradient_checkpointing``
+    applies on CUDA only. ``seed``: null = the recipe's. ``lora``: train LoRA adapters (peft) instead
+    of every weight, merged on save. ``trl``: settings of the section's TRL config (``TRL_CONFIG``),
+    passed through as they are (see :data:`PROJECT_DEFAULTS`)."""
 
     TRL_CONFIG: ClassVar[str] = ""
 
