@@ -17,7 +17,8 @@ help:
 setup: $(STAMP) ## create .venv and install (idempotent)
 $(STAMP): pyproject.toml constraints/cpu.txt
 	@test -x .venv/bin/python || python3.11 -m venv .venv || python3 -m venv .venv
-	.venv/bin/pip install --quiet --disable-pip-version-check -c constraints/cpu.txt -e '.[dev]'
+	.venv/bin/pip install --quiet --disable-pip-version-check --no-compile -c constraints/cpu.txt -e '.[dev]'
+	env -u PYTHONDONTWRITEBYTECODE .venv/bin/python scripts/warm_imports.py  # bytecode of what runs import only
 	@rm -f .venv/.installed-* && touch $@
 
 # GPU machines: the same project with vLLM and DeepSpeed, at the versions of constraints/gpu.txt.

@@ -7,7 +7,10 @@ sampling with less of it:
 
 - **prefill**: the model's own forward pass over the left-padded prompts (``attention_mask`` and
   ``position_ids`` as ``generate`` builds them), whose keys and values are copied once into a cache
-  preallocated for ``prompt + max_new_tokens`` positions;
+  preallocated for ``prompt + max_new_tokens`` positions. When the rows share a long prefix (the R1-Zero
+  template's instructions are ~190 of a tiny prompt's ~200 tokens), the prefix is computed once and its
+  keys and values are shared by every row; each row's rest is computed after it with the same positions
+  (:func:`_shared_prefix`). The same arithmetic as the padded batch, on a fraction of the tokens;
 - **decode**: one token per active row per step, computed with the model's own modules (embedding,
   RMSNorms, projections, rotary embedding, MLP, head), attention over the filled part of the cache
   (``scaled_dot_product_attention``, the padding masked), the new key and value written in place;
@@ -54,24 +57,87 @@ def supports(model) -> bool:
             and hasattr(inner, "layers") and hasattr(inner, "rotary_emb") and hasattr(model, "lm_head"))
 
 
-def _top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    """``generate``'s TopPLogitsWarper: tokens outside the smallest set whose probability reaches
-    ``top_p`` get -inf (at least one token is kept). logits: (rows, vocab)."""
-    sorted_logits, order = torch.sort(logits, descending=False)
-    cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
-    remove = cumulative <= (1 - top_p)
-    remove[:, -1] = False
-    return logits.masked_fill(remove.scatter(1, order, remove), float("-inf"))
+MIN_SHARED_PREFIX = 32  # tokens: below this, one padded forward pass costs about as much
+
+
+def _shared_prefix(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
+    """The number of leading tokens that every row's prompt (its real tokens, after the left padding)
+    shares, less one (each row keeps at least one token of its own, whose logits start its sampling);
+    0 when fewer than ``MIN_SHARED_PREFIX`` or only one row."""
+    batch, width = input_ids.shape
+    if batch < 2:
+        return 0
+    lengths = attention_mask.long().sum(-1)
+    shortest = int(lengths.min())
+    if shortest <= MIN_SHARED_PREFIX:
+        return 0
+    # the first `shortest` real tokens of every row, side by side: (batch, shortest)
+    starts = width - lengths
+    index = starts[:, None] + torch.arange(shortest, device=input_ids.device)[None]
+    heads = input_ids.gather(1, index)
+    same = (heads == heads[:1]).all(dim=0)  # (shortest,)
+    differ = (~same).nonzero()
+    common = int(differ[0]) if len(differ) else shortest
+    common = min(common, shortest - 1)
+    return common if common >= MIN_SHARED_PREFIX else 0
+
+
+def _cache_argument(model) -> str:
+    """The name under which ``model.forward`` takes a cache (transformers ≥ 5.2x: ``cache``; before:
+    ``past_key_values``)."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _rest_after(input_ids: torch.Tensor, attention_mask: torch.Tensor, shared: int
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's prompt without its first ``shared`` real tokens, left-padded again to the longest rest:
+    (ids, mask), (batch, longest rest)."""
+    batch, width = input_ids.shape
+    lengths = attention_mask.long().sum(-1)
+    rest = lengths - shared
+    longest = int(rest.max())
+    # slot j of the rest of row r is slot width - longest + j of the original row (left padding kept aligned)
+    index = (width - longest + torch.arange(longest, device=input_ids.device))[None].expand(batch, -1)
+    ids = input_ids.gather(1, index)
+    mask = (torch.arange(longest, device=input_ids.device)[None] >= (longest - rest)[:, None]).to(attention_mask.dtype)
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+NUCLEUS_CANDIDATES = 64  # top-p looks among this many most likely tokens first (a full sort if they fall short)
 
 
 def _next_tokens(logits: torch.Tensor, temperature: float, top_p: float, generator) -> torch.Tensor:
-    """One token per row from the last position's logits (rows, vocab) → (rows,)."""
+    """One token per row from the last position's logits (rows, vocab) → (rows,), as ``generate``'s
+    warpers sample: temperature, then top-p (the most likely tokens until their probability reaches
+    ``top_p``, the one that reaches it included: the nucleus), then a draw in proportion to the kept
+    probabilities. Temperature 0: greedy.
+
+    The draw inverts the cumulative distribution of one uniform number per row (``generate`` calls
+    ``torch.multinomial``: the same distribution, other random numbers), and the nucleus is looked for
+    among the ``NUCLEUS_CANDIDATES`` most likely tokens before sorting the whole vocabulary: a tiny
+    model's step spends more on sorting 640 logits and on multinomial's set-up than on its matmuls."""
     if temperature <= 0:
         return logits.argmax(dim=-1)
-    logits = logits / temperature
-    if top_p < 1.0:
-        logits = _top_p(logits, top_p)
-    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
+    probs = (logits / temperature).softmax(dim=-1)  # (rows, vocab)
+    uniform = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device)
+    if top_p >= 1.0:
+        cumulative = probs.cumsum(dim=-1)
+        pick = torch.searchsorted(cumulative, uniform * cumulative[:, -1:])
+        return pick.squeeze(1).clamp(max=probs.shape[1] - 1)
+    k = min(NUCLEUS_CANDIDATES, probs.shape[1])
+    top, order = probs.topk(k, dim=-1)  # descending
+    cumulative = top.cumsum(dim=-1)
+    if k < probs.shape[1] and bool((cumulative[:, -1] < top_p).any()):  # a nucleus wider than the candidates
+        top, order = probs.sort(dim=-1, descending=True)
+        cumulative = top.cumsum(dim=-1)
+    # keep a token while the tokens more likely than it hold less than top_p
+    kept = torch.where(cumulative - top < top_p, top, torch.zeros_like(top))
+    kept_cumulative = kept.cumsum(dim=-1)
+    pick = torch.searchsorted(kept_cumulative, uniform * kept_cumulative[:, -1:], right=True)
+    pick = pick.clamp(max=kept.shape[1] - 1)
+    return order.gather(1, pick).squeeze(1)
 
 
 @torch.inference_mode()
@@ -94,8 +160,26 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, max_
     stops = torch.tensor(sorted(set(stop_ids)), device=device)
 
     # -- prefill: the model's own forward pass, its cache copied into preallocated buffers -----------
-    positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # as generate: left padding → 0
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=True)
+    shared = _shared_prefix(input_ids, attention_mask)
+    if shared:
+        # slots: [the shared prefix, once | each row's rest, left-padded]; positions count real tokens
+        prefix_ids = input_ids[0, prompt_len - int(attention_mask[0].sum()):][:shared]
+        input_ids, attention_mask = _rest_after(input_ids, attention_mask, shared)
+        prompt_len = shared + input_ids.shape[1]
+        total = prompt_len + max_new_tokens
+        pre = model(input_ids=prefix_ids[None], position_ids=torch.arange(shared, device=device)[None], use_cache=True)
+        past = pre.cache if "cache" in pre else pre.past_key_values  # transformers ≥ 5.2x renamed it
+        del pre
+        for layer in past.layers:  # (1, kv_heads, shared, head_dim) → every row, without copying
+            layer.keys, layer.values = layer.keys.expand(batch, -1, -1, -1), layer.values.expand(batch, -1, -1, -1)
+        full_mask = torch.cat([attention_mask.new_ones(batch, shared), attention_mask], dim=1)
+        positions = shared + (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        out = model(input_ids=input_ids, attention_mask=full_mask, position_ids=positions, use_cache=True,
+                    **{_cache_argument(model): past})
+        attention_mask = full_mask
+    else:
+        positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # as generate: left padding → 0
+        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=True)
     cache = out.cache if "cache" in out else out.past_key_values  # transformers ≥ 5.2x renamed it
     first_logits = out.logits[:, -1, :].float()
     del out
@@ -116,6 +200,11 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, max_
     new_tokens: list[list[int]] = [[] for _ in range(batch)]
     stopped = [False] * batch
     token = _next_tokens(first_logits, temperature, top_p, generator)
+    fused = [_Fused(layer) for layer in inner.layers]  # each layer's weights, fused for one-row steps
+    half = head_dim // 2
+    scale = 1 / math.sqrt(head_dim)
+    # rotate_half(x) · sin = roll(x, half) · (sin with its first half negated)
+    sign = torch.cat([-torch.ones(half), torch.ones(head_dim - half)]).to(device=device, dtype=keys[0].dtype)
 
     for step in range(max_new_tokens):
         # -- record the token each live row just produced; retire the rows that stopped -------------
@@ -139,33 +228,52 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, max_
         position = next_position.unsqueeze(1)  # (rows, 1)
         hidden = inner.embed_tokens(token.unsqueeze(1))
         cos, sin = inner.rotary_emb(hidden, position)  # (rows, 1, head_dim)
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (rows, 1, 1, head_dim): broadcast over heads
-        mask = valid[:, None, None, : slot + 1]  # (rows, 1, 1, filled): attend to real tokens only
+        cos, sin = cos.unsqueeze(1), sin * sign  # (rows, 1, 1, head_dim): broadcast over heads
+        sin = sin.unsqueeze(1)
+        blocked = ~valid[:, None, None, : slot + 1]  # (rows, 1, 1, filled): the padding, never attended to
         n = hidden.shape[0]
-        for i, layer in enumerate(inner.layers):
-            attn = layer.self_attn
-            h = layer.input_layernorm(hidden)
-            q = attn.q_proj(h).view(n, 1, heads, head_dim).transpose(1, 2)  # (rows, heads, 1, head_dim)
-            k = attn.k_proj(h).view(n, 1, kv_heads, head_dim).transpose(1, 2)
-            v = attn.v_proj(h).view(n, 1, kv_heads, head_dim).transpose(1, 2)
-            q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        for i, w in enumerate(fused):
+            h = F.rms_norm(hidden, (hidden.shape[-1],), w.norm1, w.eps1)
+            qkv = F.linear(h, w.qkv, w.qkv_bias)  # (rows, 1, (heads + 2 kv_heads) · head_dim)
+            qk = qkv[..., : w.split].view(n, 1, heads + kv_heads, head_dim).transpose(1, 2)
+            qk = qk * cos + qk.roll(half, dims=-1) * sin  # rotary, on queries and keys at once
+            q, k = qk[:, :heads], qk[:, heads:]  # (rows, heads, 1, head_dim), (rows, kv_heads, 1, head_dim)
+            v = qkv[..., w.split :].view(n, 1, kv_heads, head_dim).transpose(1, 2)
             keys[i][:, :, slot : slot + 1] = k
             values[i][:, :, slot : slot + 1] = v
-            k_all, v_all = keys[i][:, :, : slot + 1], values[i][:, :, : slot + 1]
-            if groups > 1:
-                k_all, v_all = k_all.repeat_interleave(groups, dim=1), v_all.repeat_interleave(groups, dim=1)
-            a = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, scale=1 / math.sqrt(head_dim))
-            hidden = hidden + attn.o_proj(a.transpose(1, 2).reshape(n, 1, heads * head_dim))
-            hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+            # attention of one query per row, written out: for these sizes SDPA's kernel costs more
+            # than the arithmetic. Query heads sharing a key/value head (GQA) sit side by side.
+            q = q.reshape(n, kv_heads, groups, head_dim)
+            scores = q @ keys[i][:, :, : slot + 1].transpose(-1, -2) * scale  # (rows, kv_heads, groups, filled)
+            weights = scores.masked_fill(blocked, float("-inf")).softmax(dim=-1)
+            a = (weights @ values[i][:, :, : slot + 1]).reshape(n, 1, heads * head_dim)
+            hidden = hidden + F.linear(a, w.o, w.o_bias)
+            gate, up = F.linear(F.rms_norm(hidden, (hidden.shape[-1],), w.norm2, w.eps2), w.gate_up).chunk(2, dim=-1)
+            hidden = hidden + F.linear(w.act(gate) * up, w.down)
         logits = model.lm_head(inner.norm(hidden))[:, -1, :].float()  # (rows, vocab)
         token = _next_tokens(logits, temperature, top_p, generator)
         next_position = next_position + 1
     return [(new_tokens[r], stopped[r]) for r in range(batch)]
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+class _Fused:
+    """One decoder layer's weights as a decode step uses them: the query, key and value projections as
+    one matrix, the MLP's gate and up projections as one (fewer, larger matmuls: a tiny model's step
+    is dominated by the number of operators, not their size). The same arithmetic as the layer's own
+    modules."""
+
+    def __init__(self, layer):
+        attn, mlp = layer.self_attn, layer.mlp
+        projections = (attn.q_proj, attn.k_proj, attn.v_proj)
+        self.qkv = torch.cat([p.weight for p in projections])
+        biases = [p.bias for p in projections]
+        self.qkv_bias = None if any(b is None for b in biases) else torch.cat(biases)
+        self.split = attn.q_proj.weight.shape[0] + attn.k_proj.weight.shape[0]  # queries and keys | values
+        self.o, self.o_bias = attn.o_proj.weight, attn.o_proj.bias
+        self.gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
+        self.down, self.act = mlp.down_proj.weight, mlp.act_fn
+        self.norm1, self.eps1 = layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon
+        self.norm2, self.eps2 = layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon
 
 
 def loop_can_sample(config) -> bool:

@@ -350,6 +350,10 @@ class RLConfig(TrainerSection):
 
     ``ref_model_sync_steps``: with ``trl.beta`` > 0, the KL reference model is replaced by the policy
     every N steps (null: never). vLLM generation (``trl: {use_vllm: true, vllm_mode: …}``) needs CUDA.
+
+    ``length_buckets``: the training forward pass runs the rows of a micro-batch in this many groups of
+    similar completion length, each padded to its own longest row instead of the batch's (the same
+    log-probabilities and gradients, less padding; 1: TRL's single padded pass).
     """
 
     TRL_CONFIG: ClassVar[str] = "GRPOConfig"
@@ -370,12 +374,13 @@ class RLConfig(TrainerSection):
     # at or past ``steps`` are skipped): held-out pass@1 against RL step, at the same steps for every
     # RL stage (finding F3).
     eval_steps: list[int] = field(default_factory=list)
+    length_buckets: int = 1
 
     def __post_init__(self):
         super().__post_init__()
         problems = []
         for name in ("steps", "prompts_per_step", "gradient_accumulation_steps", "max_completion_length",
-                     "sample_every"):
+                     "sample_every", "length_buckets"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.num_generations < 2:

@@ -218,3 +218,82 @@ def test_loop_samples_for_configs_with_unset_fields():
                                             repetition_penalty=1.0, max_new_tokens=8))
     for option in ({"top_k": 5}, {"min_p": 0.1}, {"repetition_penalty": 1.2}, {"num_beams": 2}):
         assert not loop_can_sample(GenerationConfig(do_sample=True, max_new_tokens=8, **option)), option
+
+
+@pytest.mark.parametrize("spread", [1.0, 0.05], ids=["peaked", "flat: the nucleus is wider than the candidates"])
+def test_nucleus_is_the_set_transformers_keeps(spread):
+    """The tokens the loop can draw at temperature T and top-p are exactly those transformers' warpers
+    leave finite, whether the nucleus lies among the first candidates or needs the whole sort."""
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
+
+    from eval import decode as D
+
+    torch.manual_seed(0)
+    logits = torch.randn(6, 640) * 8 * spread
+    warped = TopPLogitsWarper(0.95)(None, TemperatureLogitsWarper(0.6)(None, logits.clone()))
+    allowed = [set(torch.isfinite(row).nonzero().squeeze(1).tolist()) for row in warped]
+    if spread < 1:
+        assert min(len(a) for a in allowed) > D.NUCLEUS_CANDIDATES  # the fallback is exercised
+    generator = torch.Generator().manual_seed(0)
+    drawn = [set() for _ in allowed]
+    for _ in range(400):
+        for row, token in enumerate(D._next_tokens(logits, 0.6, 0.95, generator).tolist()):
+            drawn[row].add(token)
+    candidates = [set(row.topk(D.NUCLEUS_CANDIDATES).indices.tolist()) for row in logits]
+    for row, tokens in enumerate(drawn):
+        assert tokens <= allowed[row]
+        if len(allowed[row]) <= 8:  # a small nucleus is drawn whole in 400 draws
+            assert tokens == allowed[row]
+        if spread < 1:  # and a wide one beyond the first candidates
+            assert tokens - candidates[row]
+
+
+def test_draws_follow_the_probabilities_with_and_without_top_p():
+    from eval import decode as D
+
+    torch.manual_seed(1)
+    logits = torch.randn(1, 12) * 2
+    generator = torch.Generator().manual_seed(0)
+    for top_p in (1.0, 0.9):
+        probs = logits.softmax(-1)[0]
+        order = probs.argsort(descending=True)
+        keep = (probs[order].cumsum(0) - probs[order]) < top_p
+        target = torch.zeros_like(probs)
+        target[order[keep]] = probs[order[keep]] / probs[order[keep]].sum()
+        draws = torch.cat([D._next_tokens(logits.expand(4000, -1), 1.0, top_p, generator) for _ in range(5)])
+        freq = torch.bincount(draws, minlength=12).float() / len(draws)
+        assert 0.5 * (freq - target).abs().sum() < 0.02, top_p
+
+
+def test_a_shared_prefix_is_computed_once_with_the_same_result():
+    """Prompts that share a long prefix (the R1-Zero template's instructions): the prefix's keys and
+    values are computed once for all rows, with the same greedy tokens as generate's on the padded
+    batch, and the same samples as the padded prefill under the same generator."""
+    from eval import decode as D
+
+    model = model_with(kv_heads=2)
+    torch.manual_seed(3)
+    prefix = torch.randint(4, 40, (40,)).tolist()
+    prompts = [prefix + rest for rest in ([5], [6, 7, 8], [9, 10], [11, 12, 13, 14, 15])]
+    ids, mask = left_padded(prompts)
+    assert D._shared_prefix(ids, mask) == 40
+    assert D._shared_prefix(*left_padded([prefix, prefix])) == 39  # each row keeps a token of its own
+    assert D._shared_prefix(*left_padded(PROMPTS)) == 0  # nothing shared
+    calls = []
+    hook = model.register_forward_hook(
+        lambda module, args, kwargs, out: calls.append((kwargs["input_ids"].shape, out.logits[:, -1])), with_kwargs=True)
+    greedy = decode(model, ids, mask, max_new_tokens=16, temperature=0.0, top_p=1.0, stop_ids=[STOP])
+    hook.remove()
+    assert [shape for shape, _ in calls[:2]] == [(1, 40), (4, 5)]  # the prefix once, then each row's rest
+    with torch.no_grad():
+        whole = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits[:, -1]
+    torch.testing.assert_close(calls[1][1], whole, atol=1e-5, rtol=1e-5)  # the logits the sampling starts from
+    assert [tokens for tokens, _ in greedy] == generate_greedy(model, ids, mask, 16)
+    kw = dict(max_new_tokens=16, temperature=1.0, top_p=0.9, stop_ids=[STOP])
+    shared = decode(model, ids, mask, **kw, generator=torch.Generator().manual_seed(7))
+    D.MIN_SHARED_PREFIX, before = 10**6, D.MIN_SHARED_PREFIX
+    try:
+        padded = decode(model, ids, mask, **kw, generator=torch.Generator().manual_seed(7))
+    finally:
+        D.MIN_SHARED_PREFIX = before
+    assert shared == padded

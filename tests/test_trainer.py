@@ -365,3 +365,55 @@ def test_sft_rows_longer_than_max_length_are_dropped_not_truncated():
     assert kept == rows[:2] and dropped == 1
     kept, dropped = fit_rows(rows, tok, lengths[1] - 1)
     assert kept == rows[:1] and dropped == 2
+
+
+# -- GRPO's training pass in length buckets --------------------------------------------------------
+
+
+def test_length_buckets_give_the_log_probabilities_and_gradients_of_one_padded_pass(tmp_path):
+    """Rows of very different lengths (left-padded prompts, right-padded completions, one completion
+    masked whole): the bucketed pass returns TRL's per-token log-probabilities and entropies on every
+    completion token, in the rows' order, and the same gradient of a loss over them."""
+    from datasets import Dataset
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from trl import GRPOConfig
+
+    from data.tokenizer import build_tokenizer
+    from stages.rl import grpo_trainer_class
+
+    tok = build_tokenizer([f"What is {a} + {b}? {a + b}" for a in range(30) for b in range(30)], vocab_size=300)
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+                                         max_position_embeddings=128, pad_token_id=tok.pad_token_id))
+    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, max_steps=1,
+                      use_cpu=True, bf16=False, report_to="none", max_completion_length=16)
+    kw = dict(model=model, reward_funcs=[lambda completions, **_: [0.0] * len(completions)], args=args,
+              train_dataset=Dataset.from_list([{"prompt": "What is 1 + 2?"}] * 8), processing_class=tok)
+    plain, bucketed = grpo_trainer_class(1)(**kw), grpo_trainer_class(4)(**kw)
+    assert type(bucketed) is not type(plain)
+
+    rows, prompt, completion = 8, 6, 12
+    ids = torch.randint(3, len(tok), (rows, prompt + completion))
+    prompt_real = [6, 3, 5, 2, 6, 4, 1, 6]
+    completion_real = [12, 2, 7, 0, 5, 12, 3, 9]  # row 3: every completion token masked
+    mask = torch.zeros_like(ids)
+    for r in range(rows):
+        mask[r, prompt - prompt_real[r]: prompt] = 1
+        mask[r, prompt: prompt + completion_real[r]] = 1
+    weights = torch.randn(rows, completion)
+
+    def run(trainer):
+        model.zero_grad()
+        logps, entropies, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, completion,
+                                                                          compute_entropy=True)
+        keep = mask[:, prompt:].bool()
+        (logps * weights * keep).sum().backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        return logps.detach() * keep, entropies.detach() * keep, grads
+
+    want, got = run(plain), run(bucketed)
+    torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got[1], want[1], atol=1e-5, rtol=1e-5)
+    for g, w in zip(got[2], want[2], strict=True):
+        torch.testing.assert_close(g, w, atol=1e-6, rtol=1e-4)
