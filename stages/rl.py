@@ -1,8 +1,9 @@
 """The shared RL runner: every RL stage (1, 3, 4's final RL, distillation's control) trains through :func:`run_rl`.
 
 It *configures* TRL's ``GRPOTrainer`` from a recipe's :class:`stages.recipe.RLConfig` section (the
-section's ``trl:`` settings pass through to ``GRPOConfig``, ``stages/trainer.py``); it does not fork or
-subclass it. What it adds around the trainer:
+section's ``trl:`` settings pass through to ``GRPOConfig``, ``stages/trainer.py``); it does not fork it,
+and subclasses it only to run the training forward pass in length buckets (:func:`grpo_trainer_class`,
+``length_buckets``). What it adds around the trainer:
 
 - reward functions by name and weight (``stages/rewards.py``), each wrapped so that a
   :class:`RolloutRecorder` sees every scored batch: it logs accuracy, format rate, think rate and
