@@ -50,6 +50,14 @@ def corpus_documents(world: TaskWorld, corpus, n_docs: int, seed: int) -> list[d
     if abs(sum(shares.values()) - 1.0) > 1e-6:
         raise ValueError(f"corpus shares must sum to 1, got {shares}")
     rng = random.Random(seed)
+    # which worked solutions re-check themselves: drawn apart, so that a corpus without re-checks is the
+    # corpus it always was
+    checks = random.Random(f"recheck|{seed}")
+
+    def worked_solution(p, lang: str) -> str:
+        check = corpus.recheck > 0 and checks.random() < corpus.recheck
+        return trace(p, lang, rng, check=check, slip=check and checks.random() < corpus.slip)
+
     docs, standalone = [], []  # standalone: documents that do not follow another one
     while len(docs) < n_docs:
         p = sample_problem(rng, rng.choice(world.families), world.min_digits, world.max_digits)
@@ -62,7 +70,7 @@ def corpus_documents(world: TaskWorld, corpus, n_docs: int, seed: int) -> list[d
             prompt, completion = f"Question: {p.text}\nAnswer:", f" {p.answer}"
         elif kind == "worked":  # a short transcript: the R1 format without the template's preamble
             prompt = CHAT_PREFIX.format(user=p.text)
-            completion = r1_zero_completion(str(p.answer), trace(p, lang, rng))
+            completion = r1_zero_completion(str(p.answer), worked_solution(p, lang))
             follows = bool(standalone) and rng.random() < corpus.context_share
             if follows:  # after another document, as in a longer text
                 prev = standalone[rng.randrange(len(standalone))]
@@ -71,7 +79,7 @@ def corpus_documents(world: TaskWorld, corpus, n_docs: int, seed: int) -> list[d
             prompt = CHAT_PREFIX.format(user=chat_user_message(p.text))
             completion = f"The final answer is \\boxed{{{p.answer}}}."
         elif kind == "template_reason":
-            prompt, completion = r1_zero_prompt(p.text), r1_zero_completion(str(p.answer), trace(p, lang, rng))
+            prompt, completion = r1_zero_prompt(p.text), r1_zero_completion(str(p.answer), worked_solution(p, lang))
         else:
             prompt, completion = r1_zero_prompt(p.text), r1_zero_completion(str(p.answer), None)
         doc = {"type": kind, "prompt": prompt, "completion": completion, "lang": lang,

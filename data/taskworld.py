@@ -41,9 +41,11 @@ SPLITS = ("train", "val", "test")
 # character counts as one word for the language-consistency measure).
 WORDS = {
     "en": {"write": "write", "carry": "carry", "borrow": "borrow", "get": "get",
-           "first": "first", "then": "then", "answer": "answer", "sep": ", ", "stop": "; ", "colon": ": "},
+           "first": "first", "then": "then", "answer": "answer", "sep": ", ", "stop": "; ", "colon": ": ",
+           "check": "check", "ok": "ok", "not": "not", "wait": "wait", "recompute": "recompute"},
     "zh": {"write": "写", "carry": "进", "borrow": "借", "get": "得",
-           "first": "先算", "then": "再算", "answer": "答案", "sep": "，", "stop": "；", "colon": "："},
+           "first": "先算", "then": "再算", "answer": "答案", "sep": "，", "stop": "；", "colon": "：",
+           "check": "验算", "ok": "对", "not": "不是", "wait": "等等", "recompute": "重算"},
 }
 
 
@@ -225,7 +227,7 @@ def problem_row(p: Problem, split: str) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-def _add_steps(a: int, b: int) -> list[tuple[str, ...]]:
+def _add_steps(a: int, b: int) -> list[tuple]:
     """Digit-by-digit addition, least significant first: ('add', expr, digit, carry_out)."""
     steps, carry = [], 0
     da, db = str(a)[::-1], str(b)[::-1]
@@ -239,7 +241,7 @@ def _add_steps(a: int, b: int) -> list[tuple[str, ...]]:
     return steps
 
 
-def _sub_steps(a: int, b: int) -> list[tuple[str, ...]]:
+def _sub_steps(a: int, b: int) -> list[tuple]:
     """Digit-by-digit subtraction a - b (a >= b): ('sub', expr, digit, borrow_out)."""
     steps, borrow = [], 0
     da, db = str(a)[::-1], str(b)[::-1]
@@ -251,6 +253,62 @@ def _sub_steps(a: int, b: int) -> list[tuple[str, ...]]:
         steps.append(("sub", prefix + f"{x + 10 * borrow}-{bot}={x + 10 * borrow - bot}",
                       str(x + 10 * borrow - bot), borrow))
     return steps
+
+
+def _slipped(steps: list[tuple], position: int) -> tuple[list[tuple], int]:
+    """The steps with a slip at digit ``position``: the sum or difference of that step written one off
+    ("8+4=13 write 3"), the carry or borrow unchanged. Returns (steps, the change in the result: ±10^k)."""
+    kind, expr, digit, flag = steps[position]
+    head, _, value = expr.rpartition("=")
+    delta = -1 if int(digit) == 9 else 1
+    wrong = int(value) + delta
+    out = list(steps)
+    out[position] = (kind, f"{head}={wrong}", str(wrong % 10), flag)
+    return out, delta * 10**position
+
+
+def _apply(a: int, op: str, b: int) -> int:
+    return a + b if op == "+" else a - b
+
+
+INVERSE = {"+": "-", "-": "+"}
+
+
+def _operations(p: Problem, slip: tuple[int, int] | None = None) -> list[tuple] | None:
+    """The operations of a worked solution of ``p``: [(a, op, b, steps, result)], each applied to the
+    previous result. ``slip`` = (operation, digit position): that operation's step at that position is
+    written one off, and the operations after it go on from the wrong result. None when the slip would
+    make a value negative (the digit-by-digit methods need a >= b)."""
+    out, value = [], p.operands[0]
+    for j, (op, x) in enumerate(zip(p.ops, p.operands[1:], strict=True)):
+        if op == "-" and value < x:
+            return None
+        steps = _add_steps(value, x) if op == "+" else _sub_steps(value, x)
+        result = _apply(value, op, x)
+        if slip is not None and slip[0] == j:
+            if slip[1] >= len(steps) or steps[slip[1]][0] == "lead":
+                return None
+            steps, delta = _slipped(steps, slip[1])
+            result += delta
+            if result < 0:
+                return None
+        out.append((value, op, x, steps, result))
+        value = result
+    return out
+
+
+def _check(p: Problem, result: int) -> list[tuple] | None:
+    """The re-check of ``result``: the inverse operations from the last to the first, ending with the
+    first operand when ``result`` is right (e.g. 1278 - 404 = 874 for 874 + 404)."""
+    out, value = [], result
+    for op, x in reversed(list(zip(p.ops, p.operands[1:], strict=True))):
+        inverse = INVERSE[op]
+        if inverse == "-" and value < x:
+            return None
+        steps = _add_steps(value, x) if inverse == "+" else _sub_steps(value, x)
+        out.append((value, inverse, x, steps, _apply(value, inverse, x)))
+        value = _apply(value, inverse, x)
+    return out
 
 
 def _render_steps(steps, lang_of_step) -> str:
@@ -270,37 +328,86 @@ def _render_steps(steps, lang_of_step) -> str:
     return out
 
 
-def trace(p: Problem, lang: str, rng: random.Random) -> str:
-    """A worked solution of ``p`` in ``lang`` ('en', 'zh', or 'mix': switches language midway)."""
+class _Languages:
+    """The language of each digit step of a trace, in order ('mix': one switch at a random step)."""
+
+    def __init__(self, lang: str, n_steps: int, rng: random.Random):
+        if lang == "mix":
+            first = rng.choice(("en", "zh"))
+            switch_at = rng.randint(1, max(1, n_steps - 1))
+            self.langs = [first if i < switch_at else ("zh" if first == "en" else "en") for i in range(n_steps)]
+        else:
+            self.langs = [lang] * max(1, n_steps)
+        self.k = 0  # the next digit step
+
+    def at(self, i: int) -> str:
+        return self.langs[min(i, len(self.langs) - 1)]
+
+    def words(self, offset: int = 0) -> dict:
+        """The words of the next digit step's language (``offset`` -1: the last step's)."""
+        return WORDS[self.at(self.k + offset)]
+
+    def last(self) -> dict:
+        """The words of the trace's closing language (the answer, and the stops between operations)."""
+        return WORDS[self.langs[-1]]
+
+
+def _sp(w: dict) -> str:
+    return " " if w is WORDS["en"] else ""
+
+
+def _render_chain(ops: list[tuple], langs: _Languages, lead: str | None = None) -> str:
+    """Operations as text: one operation alone is its digit steps; several are "first a+b: …, get r;
+    then r-c: …, get s". ``lead`` (a word key, e.g. "check") opens the chain with its first operation."""
+    pieces = []
+    for j, (a, op, b, steps, result) in enumerate(ops):
+        base = langs.k
+        body = _render_steps(steps, lambda i, base=base: langs.at(base + i))
+        langs.k += len(steps)
+        w, we = WORDS[langs.at(base)], langs.words()
+        if len(ops) > 1 or lead:
+            head = (w[lead] if j == 0 else "") if lead else (w["first"] if j == 0 else w["then"])
+            head = f"{head} " if head else ""
+            body = f"{head}{a}{op}{b}{w['colon']}{body}{we['sep']}{we['get']}{_sp(we)}{result}"
+        pieces.append(body)
+    return langs.last()["stop"].join(pieces)
+
+
+def trace(p: Problem, lang: str, rng: random.Random, *, check: bool = False, slip: bool = False) -> str:
+    """A worked solution of ``p`` in ``lang`` ('en', 'zh', or 'mix': switches language midway).
+
+    ``check``: after computing, the solution re-checks its result by the inverse operations ("check
+    1278-404: …, get 874, ok"). ``slip`` (with ``check``): the first pass has one step written one off,
+    the check catches it ("get 884, not 874"), and the solution computes again ("wait, recompute: …"),
+    checks again and answers right. A slip is placed only where every value stays non-negative; a
+    problem with no such place gets a plain re-check."""
     if lang not in TRACE_LANGS:
         raise ValueError(f"unknown trace language {lang!r}; known: {TRACE_LANGS}")
-    # A list of (operation a op b) steps: one for add/sub, two for expr3.
-    ops, value = [], p.operands[0]
-    for op, x in zip(p.ops, p.operands[1:], strict=True):
-        ops.append((value, op, x))
-        value = value + x if op == "+" else value - x
-    n_digit_steps = sum(len(str(max(a, b))) + 1 for a, _, b in ops)
-    if lang == "mix":
-        first = rng.choice(("en", "zh"))
-        switch_at = rng.randint(1, max(1, n_digit_steps - 1))
-        langs = [first if i < switch_at else ("zh" if first == "en" else "en") for i in range(n_digit_steps)]
-    else:
-        langs = [lang] * n_digit_steps
+    right = _operations(p)
+    first = right
+    if check and slip:
+        places = [(j, k) for j, (_, _, _, steps, _) in enumerate(right) for k in range(len(steps))]
+        rng.shuffle(places)
+        first = next((ops for ops in (_operations(p, place) for place in places)
+                      if ops is not None and _check(p, ops[-1][-1]) is not None), right)
+    passes = [first] + ([right] if first is not right else [])
+    checks = [_check(p, ops[-1][-1]) for ops in passes] if check else []
+    # where a mixed trace may switch: a bound on the digit steps (one per digit of the longer operand,
+    # and one for a carry), as the corpus has always drawn it
+    n_steps = sum(len(str(max(a, b))) + 1 for ops in passes + checks for a, _, b, _, _ in ops)
+    langs = _Languages(lang, n_steps, rng)
 
-    pieces, k = [], 0
-    for j, (a, op, b) in enumerate(ops):
-        steps = _add_steps(a, b) if op == "+" else _sub_steps(a, b)
-        result = a + b if op == "+" else a - b
-        base = k
-        body = _render_steps(steps, lambda i, base=base: langs[min(base + i, len(langs) - 1)])
-        k += len(steps)
-        if len(ops) > 1:
-            w = WORDS[langs[min(base, len(langs) - 1)]]
-            head = w["first"] if j == 0 else w["then"]
-            we = WORDS[langs[min(k, len(langs) - 1)]]
-            sp = " " if we is WORDS["en"] else ""
-            body = f"{head} {a}{op}{b}{w['colon']}{body}{we['sep']}{we['get']}{sp}{result}"
-        pieces.append(body)
-    w_end = WORDS[langs[-1]]
-    sp = " " if w_end is WORDS["en"] else ""
-    return w_end["stop"].join(pieces) + f"{w_end['stop']}{w_end['answer']}{sp}{p.answer}"
+    text = ""
+    for i, ops in enumerate(passes):
+        if i:  # the check failed: compute again
+            w = langs.words()
+            text += f"{w['stop']}{w['wait']}{w['sep']}{w['recompute']}{w['colon']}"
+        text += _render_chain(ops, langs)
+        if check:
+            w = langs.words()
+            text += w["stop"] + _render_chain(checks[i], langs, lead="check")
+            got, want = checks[i][-1][-1], p.operands[0]
+            w = langs.words(-1)
+            text += f"{w['sep']}{w['ok']}" if got == want else f"{w['sep']}{w['not']}{_sp(w)}{want}"
+    w_end = langs.last()
+    return text + f"{w_end['stop']}{w_end['answer']}{_sp(w_end)}{p.answer}"

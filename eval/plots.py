@@ -10,6 +10,8 @@ average over them.
 
 ``plot_step_curves({label: {step: Estimate}}, out.png, title)``: held-out pass@1 against RL step with
 95% intervals (stage 1 from the base against stage 3 from the cold start: finding F3).
+
+``plot_passk({stage: {k: {mean, lo, hi}}}, out.png, title)``: pass@k against k for every stage (``r1 passk``).
 """
 
 from __future__ import annotations
@@ -79,6 +81,24 @@ def plot_step_curves(curves: dict, out_path: Path, title: str) -> Path:
     ax.legend(loc="best", fontsize=7)
     ax.set_title(title)
     fig.tight_layout()
+    return _save(fig, out_path)
+
+
+def plot_passk(curves: dict[str, dict[int, dict]], out_path: Path, title: str) -> Path:
+    """pass@k against k (log scale), one curve per stage ``{stage: {k: {mean, lo, hi}}}``, with 95% bands:
+    where the curves cross says whether RL widened what the model can solve or only sharpened it."""
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for i, (label, points) in enumerate(curves.items()):
+        ks = sorted(points)
+        ax.plot(ks, [points[k]["mean"] for k in ks], marker="o", color=f"C{i}", label=label)
+        ax.fill_between(ks, [points[k]["lo"] for k in ks], [points[k]["hi"] for k in ks], color=f"C{i}", alpha=0.15)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("k (samples per problem)")
+    ax.set_ylabel("pass@k")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title(title, fontsize=9)
     return _save(fig, out_path)
 
 

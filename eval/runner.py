@@ -22,6 +22,7 @@ from data.templates import chat_user_message, is_readable_response, is_well_form
 from data.timing import timed_as
 from eval.language import is_mixed
 from eval.metrics import cons_at_k, pass_at_k
+from eval.recheck import label as recheck_label
 from eval.verify import grade_batch
 
 
@@ -53,6 +54,7 @@ def grade_samples(rows: list[dict], completions: list[list[dict]], target_lang: 
             "has_think": think is not None, "well_formed": is_well_formed(c["text"]),
             "readable": is_readable_response(c["text"]),
             "mixed_language": bool(think and is_mixed(think, target=row.get("lang") or target_lang)),
+            "recheck": recheck_label(think) if think is not None else None,
         })
     return records
 
@@ -86,6 +88,13 @@ def summarize(records: list[dict], k: int) -> dict:
     }
     direct = [r for r in records if not r["has_think"]]
     out["accuracy_when_direct"] = (sum(r["correct"] for r in direct) / len(direct)) if direct else None
+    # re-checks (eval/recheck.py), among chains of thought: how often, and how accurate with and without
+    checked = [r for r in thinking if r.get("recheck") in ("rechecked", "corrected")]
+    plain = [r for r in thinking if r.get("recheck") == "plain"]
+    out["recheck_rate"] = len(checked) / len(thinking) if thinking else None
+    out["corrected_rate"] = (sum(r.get("recheck") == "corrected" for r in thinking) / len(thinking)) if thinking else None
+    out["accuracy_when_rechecked"] = (sum(r["correct"] for r in checked) / len(checked)) if checked else None
+    out["accuracy_when_plain"] = (sum(r["correct"] for r in plain) / len(plain)) if plain else None
     return out
 
 

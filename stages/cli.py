@@ -6,6 +6,7 @@
     r1 eval   --model PATH_OR_ID --bench task,gsm8k --k 4 [--limit N]
     r1 status [RUN_DIR]
     r1 findings --recipe tiny                     the extra seeds and variants the verdicts need
+    r1 passk --recipe tiny                        pass@k for k = 1 … 64, base and every stage, one figure
     r1 report [RUN_DIR]                           every stage's results in RUN_DIR/report/report.md
 
 The Makefile calls these; ``make stage1 RECIPE=qwen2.5-math-7b RESUME=1`` is ``r1 stage1 --recipe
@@ -65,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     fd.add_argument("--recipe", default="tiny")
     fd.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     fd.add_argument("--restart", action="store_true", help="discard the findings' runs and start over")
+
+    pk = sub.add_parser("passk", help="pass@k for k = 1 … passk.samples, base and every stage, one figure (after the pipeline)")
+    pk.add_argument("--recipe", default="tiny")
+    pk.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
 
     rp = sub.add_parser("report", help="write RUN_DIR/report/report.md: every stage's results, curves, findings")
     rp.add_argument("run_dir", nargs="?", help="runs/<recipe> (default: runs/tiny)")
@@ -140,6 +145,15 @@ def cmd_findings(args) -> int:
     return 0
 
 
+def cmd_passk(args) -> int:
+    from stages.passk import run_passk
+    from stages.runner import setup_logging
+
+    setup_logging()
+    print(f"passk: {run_passk(load_recipe(args.recipe, args.overrides))}")
+    return 0
+
+
 def cmd_report(args) -> int:
     from stages.report import build_report
 
@@ -166,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_report(args)
         if args.command == "findings":
             return cmd_findings(args)
+        if args.command == "passk":
+            return cmd_passk(args)
         return cmd_stage(args)
     except (RecipeError, ManifestError, FileNotFoundError, ValueError) as e:  # PlanError is a ValueError
         print(f"r1 {args.command}: error: {e}", file=sys.stderr)

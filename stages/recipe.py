@@ -129,6 +129,17 @@ class CorpusConfig:
     # operands does not depend on where the transcript starts, as under the template's preamble)
     context_share: float = 0.5
     trace_langs: dict[str, float] = field(default_factory=lambda: {"en": 0.7, "zh": 0.15, "mix": 0.15})
+    # worked solutions (worked, template_reason) that re-check their result by the inverse operations, and
+    # the share of those whose first pass slips, is caught by the check and computed again
+    # (data/taskworld.py trace; eval/recheck.py labels them): a rare behaviour RL can find (finding F0)
+    recheck: float = 0.0
+    slip: float = 0.0
+
+    def __post_init__(self):
+        for name in ("direct", "chat_direct", "worked", "template_reason", "template_direct", "context_share",
+                     "recheck", "slip"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise RecipeError(f"corpus: {name} must be between 0 and 1, got {getattr(self, name)}")
 
 
 @dataclass
@@ -673,6 +684,19 @@ class FindingsConfig:
 
 
 @dataclass
+class PassKConfig:
+    """``r1 passk`` (``stages/passk.py``): pass@k for k = 1 … ``samples`` on ``problems`` held-out problems,
+    for the base and every stage (the reasoning boundary)."""
+
+    samples: int = 64
+    problems: int = 200
+
+    def __post_init__(self):
+        if self.samples < 1 or self.problems < 1:
+            raise ValueError(f"passk: need samples >= 1 and problems >= 1, got {self.samples}, {self.problems}")
+
+
+@dataclass
 class LaunchConfig:
     """Where a recipe runs (``scripts/launch``, ``r1 <stage> --dry-run``): processes (GPUs) per node,
     nodes, the accelerate config under ``recipes/accelerate/`` (``ddp``, ``zero2``, ``zero3``, ``fsdp``;
@@ -709,6 +733,7 @@ class Recipe:
     stage4: Stage4Config = field(default_factory=Stage4Config)
     distill: DistillConfig = field(default_factory=DistillConfig)
     findings: FindingsConfig = field(default_factory=FindingsConfig)
+    passk: PassKConfig = field(default_factory=PassKConfig)
     launch: LaunchConfig = field(default_factory=LaunchConfig)
 
     def stage_dir(self, stage: str) -> Path:

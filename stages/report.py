@@ -11,8 +11,8 @@ of every evaluation) and writes ``RUN_DIR/report/report.md`` with its figures be
   95% interval and a verdict that can be "reproduced", "not reproduced" or "inconclusive"; over the
   training seeds of ``make findings`` when it has run (``stages/findings.py``), else over the
   pipeline's one seed, and the report says which;
-- the training curves of each RL stage, held-out pass@1 against RL step for stages 1 and 3, and the
-  distillation-against-RL table.
+- the training curves of each RL stage, held-out pass@1 against RL step for stages 1 and 3, pass@k of
+  every stage (``make passk``) and the distillation-against-RL table.
 """
 
 from __future__ import annotations
@@ -245,6 +245,33 @@ def distill_table(run: dict) -> list[list[str]]:
     return rows
 
 
+def passk_section(run_dir: Path, out: Path) -> list[str]:
+    """pass@k for every stage (``r1 passk``, ``stages/passk.py``): a table, the figure and where curves
+    cross; a line saying how to make it when it has not run."""
+    path = run_dir / "passk" / "summary.json"
+    if not path.is_file():
+        return ["Not measured: run `make passk` (pass@k for k = 1 … 64 of the base and every stage)."]
+    import json
+
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    curves = summary["curves"]
+    ks = sorted({int(k) for c in curves.values() for k in c})
+    rows = [[stage] + [f"{c[str(k)]['mean']:.3f} [{c[str(k)]['lo']:.3f}, {c[str(k)]['hi']:.3f}]" if str(k) in c
+                       else "–" for k in ks] for stage, c in curves.items()]
+    png = run_dir / "passk" / "passk.png"
+    if png.exists():
+        shutil.copy(png, out / png.name)
+    lines = [f"{summary['problems']} held-out problems, {summary['samples']} samples each at T={summary['temperature']}, "
+             f"top-p {summary['top_p']}; {summary['method']}. Each stage in the format it was trained in.", "",
+             _table(["stage", *[f"pass@{k}" for k in ks]], rows), ""]
+    lines += [f"- {line}" for line in summary["crossings"]] or ["- no two curves cross"]
+    if summary.get("skipped"):
+        lines.append(f"- not complete, not measured: {', '.join(summary['skipped'])}")
+    if png.exists():
+        lines += ["", f"![pass@k]({png.name})"]
+    return lines
+
+
 def _table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
@@ -298,6 +325,7 @@ def build_report(run_dir: Path) -> Path:
     if losses.exists():
         shutil.copy(losses, out / losses.name)
         parts += ["", f"![GRPO loss types, a side experiment: make compare-losses]({losses.name})"]
+    parts += ["", "## The reasoning boundary: pass@k", ""] + passk_section(run_dir, out)
     parts += ["", "## Distillation against RL", ""]
     rows = distill_table(run)
     parts.append(_table(["student", "trained by", "pass@1", "parameters", "train time"], rows) if rows

@@ -52,6 +52,7 @@ from data.jsonl import append_jsonl, atomic_write_json, read_jsonl_tolerant
 from data.templates import is_readable_response, is_well_formed, think_text
 from eval.decode import fast_generate, supports
 from eval.language import is_mixed
+from eval.recheck import label as recheck_label
 from stages import rewards as R
 from stages.common import (
     barrier,
@@ -176,6 +177,10 @@ class RolloutRecorder:
                 log_metric("general_helpful_rate", sum(judged) / len(judged))
             log_metric("think_rate", sum(th is not None for th in thinks) / n)
             log_metric("language_mix_rate", sum(mixed) / n)
+            reasoned = [recheck_label(th) for th in thinks if th is not None]
+            if reasoned:  # re-checks among the chains of thought (eval/recheck.py; finding F0)
+                log_metric("recheck_rate", sum(x != "plain" for x in reasoned) / len(reasoned))
+                log_metric("corrected_rate", sum(x == "corrected" for x in reasoned) / len(reasoned))
 
         def row(i: int) -> dict:
             return {"step": step, "id": column("id", i), "problem": column("problem", i),
@@ -287,6 +292,8 @@ class MetricsCallback(TrainerCallback):
             "general_helpful_rate": g("general_helpful_rate"),
             "think_rate": g("think_rate"),
             "language_mix_rate": g("language_mix_rate"),
+            "recheck_rate": g("recheck_rate"),
+            "corrected_rate": g("corrected_rate"),
             "mean_length": g("completions/mean_length"),
             "truncated_rate": g("completions/clipped_ratio"),
             "kl": g("kl"),

@@ -139,3 +139,22 @@ def test_corpus_transcripts_in_context_and_chat_documents():
 
 
 CHAT_INSTRUCTION_LINE = "within \\boxed{}.\n"
+
+
+def test_the_corpus_without_rechecks_is_the_corpus_it_was_and_with_them_holds_their_share():
+    """``recheck: 0`` leaves every document as before (the re-check draws use their own generator);
+    a share of the worked solutions re-checks itself, and a share of those is corrected after a slip."""
+    import dataclasses
+
+    from eval.recheck import label
+
+    w, cfg = world(), CorpusConfig()
+    plain = corpus_documents(w, cfg, 3000, seed=1)
+    assert corpus_documents(w, dataclasses.replace(cfg, slip=0.5), 3000, seed=1) == plain  # slip needs recheck
+    mixed = corpus_documents(w, dataclasses.replace(cfg, recheck=0.2, slip=0.5), 3000, seed=1)
+    worked = [d for d in mixed if d["type"] in ("worked", "template_reason")]
+    labels = [label(d["completion"]) for d in worked]
+    checked = sum(x != "plain" for x in labels) / len(labels)
+    corrected = sum(x == "corrected" for x in labels) / max(1, sum(x != "plain" for x in labels))
+    assert 0.15 < checked < 0.25 and 0.35 < corrected < 0.65
+    assert all(label(d["completion"]) == "plain" for d in plain)
