@@ -378,8 +378,8 @@ def trace(p: Problem, lang: str, rng: random.Random, *, check: bool = False, sli
 
     ``check``: after computing, the solution re-checks its result by the inverse operations ("check
     1278-404: …, get 874, ok"). ``slip`` (with ``check``): the first pass has one step written one off,
-    the check catches it ("get 884, not 874"), and the solution computes again ("wait, recompute: …"),
-    checks again and answers right. A slip is placed only where every value stays non-negative; a
+    the check catches it ("get 884, not 874"), and the solution computes again ("wait, recompute: …")
+    and answers right. A slip is placed only where every value stays non-negative; a
     problem with no such place gets a plain re-check."""
     if lang not in TRACE_LANGS:
         raise ValueError(f"unknown trace language {lang!r}; known: {TRACE_LANGS}")
@@ -391,7 +391,7 @@ def trace(p: Problem, lang: str, rng: random.Random, *, check: bool = False, sli
         first = next((ops for ops in (_operations(p, place) for place in places)
                       if ops is not None and _check(p, ops[-1][-1]) is not None), right)
     passes = [first] + ([right] if first is not right else [])
-    checks = [_check(p, ops[-1][-1]) for ops in passes] if check else []
+    checks = [_check(p, first[-1][-1])] if check else []  # the first pass is checked; a recomputation is not
     # where a mixed trace may switch: a bound on the digit steps (one per digit of the longer operand,
     # and one for a carry), as the corpus has always drawn it
     n_steps = sum(len(str(max(a, b))) + 1 for ops in passes + checks for a, _, b, _, _ in ops)
@@ -403,7 +403,7 @@ def trace(p: Problem, lang: str, rng: random.Random, *, check: bool = False, sli
             w = langs.words()
             text += f"{w['stop']}{w['wait']}{w['sep']}{w['recompute']}{w['colon']}"
         text += _render_chain(ops, langs)
-        if check:
+        if check and i == 0:
             w = langs.words()
             text += w["stop"] + _render_chain(checks[i], langs, lead="check")
             got, want = checks[i][-1][-1], p.operands[0]

@@ -32,8 +32,8 @@ The comparison, arm against arm and each arm against the base, is made on equal 
   count steps exactly and the recipe can fix them before training, while the RL arm's FLOPs depend on
   how long its answers turn out to be (equal FLOPs would need stopping RL mid-run on a running count).
   Per step, the control costs more: it generates ``prompts_per_step × num_generations`` completions
-  (64 on the tiny default, against the SFT's batch of 16 rows) and trains on all of them, so at equal
-  steps its FLOPs are several times the SFT's (about 7x on the tiny default). If distillation wins at
+  (32 on the tiny default, against the SFT's batch of 16 rows) and trains on all of them, so at equal
+  steps its FLOPs are several times the SFT's (each arm's ``metrics.budget`` has the estimate). If distillation wins at
   equal steps, extra compute is not why; if RL wins, the FLOPs say what it spent. Each arm's manifest records
   ``metrics.budget``: ``{unit, optimizer_steps, sequences_per_step, train_tokens, generated_tokens,
   flops, parameters, tolerance_steps}`` with FLOPs estimated as 6·parameters·trained tokens +

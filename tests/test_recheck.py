@@ -55,7 +55,7 @@ def test_generated_solutions_are_labelled_as_built(family, lang):
         assert checked.endswith(str(p.answer))
         got = read_checks(slipped)
         if got.label == "corrected":  # a slip had a place
-            assert got.checked[0] != p.answer and got.checked[-1] == p.answer and got.passed == (False, True)
+            assert got.checked[0] != p.answer and got.passed == (False,)
             assert slipped.endswith(str(p.answer))
         else:
             assert slipped == checked
