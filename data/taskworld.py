@@ -374,23 +374,31 @@ def _render_chain(ops: list[tuple], langs: _Languages, lead: str | None = None) 
 
 
 def trace(p: Problem, lang: str, rng: random.Random, *, check: bool = False, slip: bool = False) -> str:
-    """A worked solution of ``p`` in ``lang`` ('en', 'zh', or 'mix': switches language midway).
+    """A worked solution of ``p`` in ``lang`` ('en', 'zh', or 'mix': switches language midway); the text
+    of :func:`solution`."""
+    return solution(p, lang, rng, check=check, slip=slip)[0]
 
+
+def solution(p: Problem, lang: str, rng: random.Random, *, check: bool = False, slip: bool = False
+             ) -> tuple[str, int]:
+    """A worked solution of ``p`` in ``lang`` and the answer it ends with.
+
+    ``slip``: one digit step of the computation is written one off ("8+4=13 write 3"), as worked
+    solutions in a real corpus sometimes are; alone, the solution ends with the wrong answer it computed.
     ``check``: after computing, the solution re-checks its result by the inverse operations ("check
-    1278-404: …, get 874, ok"). ``slip`` (with ``check``): the first pass has one step written one off,
-    the check catches it ("get 884, not 874"), and the solution computes again ("wait, recompute: …")
-    and answers right. A slip is placed only where every value stays non-negative; a
-    problem with no such place gets a plain re-check."""
+    1278-404: …, get 874, ok"); after a slip the check fails ("get 884, not 874") and the solution
+    computes again ("wait, recompute: …") and answers right. A slip is placed only where every value
+    stays non-negative; a problem with no such place gets none."""
     if lang not in TRACE_LANGS:
         raise ValueError(f"unknown trace language {lang!r}; known: {TRACE_LANGS}")
     right = _operations(p)
     first = right
-    if check and slip:
+    if slip:
         places = [(j, k) for j, (_, _, _, steps, _) in enumerate(right) for k in range(len(steps))]
         rng.shuffle(places)
         first = next((ops for ops in (_operations(p, place) for place in places)
                       if ops is not None and _check(p, ops[-1][-1]) is not None), right)
-    passes = [first] + ([right] if first is not right else [])
+    passes = [first] + ([right] if check and first is not right else [])
     checks = [_check(p, first[-1][-1])] if check else []  # the first pass is checked; a recomputation is not
     # where a mixed trace may switch: a bound on the digit steps (one per digit of the longer operand,
     # and one for a carry), as the corpus has always drawn it
@@ -409,5 +417,6 @@ def trace(p: Problem, lang: str, rng: random.Random, *, check: bool = False, sli
             got, want = checks[i][-1][-1], p.operands[0]
             w = langs.words(-1)
             text += f"{w['sep']}{w['ok']}" if got == want else f"{w['sep']}{w['not']}{_sp(w)}{want}"
+    answer = passes[-1][-1][-1]
     w_end = langs.last()
-    return text + f"{w_end['stop']}{w_end['answer']}{_sp(w_end)}{p.answer}"
+    return text + f"{w_end['stop']}{w_end['answer']}{_sp(w_end)}{answer}", answer

@@ -130,8 +130,9 @@ class CorpusConfig:
     context_share: float = 0.5
     trace_langs: dict[str, float] = field(default_factory=lambda: {"en": 0.7, "zh": 0.15, "mix": 0.15})
     # worked solutions (worked, template_reason) that re-check their result by the inverse operations, and
-    # the share of those whose first pass slips, is caught by the check and computed again
-    # (data/taskworld.py trace; eval/recheck.py labels them): a rare behaviour RL can find (finding F0)
+    # those whose computation slips (one digit step one off): unchecked, a slip ends in a wrong answer; a
+    # check catches it and the solution computes again (data/taskworld.py solution; eval/recheck.py labels
+    # them). Re-checking is the rare, useful behaviour RL can find from correctness alone (finding F0)
     recheck: float = 0.0
     slip: float = 0.0
 

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from data.taskworld import FAMILIES, TRACE_LANGS, Problem, sample_problem, trace
+from data.taskworld import FAMILIES, TRACE_LANGS, Problem, sample_problem, solution, trace
 from eval.recheck import label, read_checks
 
 CASES = [
@@ -73,7 +73,12 @@ def test_plain_solutions_are_unchanged_by_the_new_options():
     p = Problem("expr3", (67, 20, 37), ("+", "-"))
     assert trace(p, "en", random.Random(0)) == ("first 67+20: 7+0=7 write 7, 6+2=8 write 8, get 87; then 87-37: "
                                                  "7-7=0 write 0, 8-3=5 write 5, get 50; answer 50")
-    a, b = random.Random(7), random.Random(7)
-    trace(p, "mix", a)
-    trace(p, "mix", b, check=False, slip=True)  # slip without check: nothing to catch it, so no slip
-    assert a.random() == b.random()
+
+
+
+def test_an_unchecked_slip_ends_in_its_wrong_answer():
+    p = Problem("add", (874, 404), ("+",))
+    text, answer = solution(p, "en", random.Random(3), slip=True)
+    assert answer != p.answer and abs(answer - p.answer) in (1, 10, 100, 1000)
+    assert text.endswith(f"answer {answer}") and label(text) == "plain"
+    assert solution(p, "en", random.Random(3)) == (trace(p, "en", random.Random(3)), p.answer)
