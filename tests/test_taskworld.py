@@ -145,10 +145,9 @@ def test_the_corpus_without_rechecks_is_the_corpus_it_was_and_with_them_holds_th
     """``recheck: 0`` leaves every document as before (the re-check draws use their own generator);
     a share of the worked solutions re-checks itself, and a share of those is corrected after a slip."""
     import dataclasses
+    import re
 
     from eval.recheck import label
-
-    import re
 
     def answer_text(completion: str) -> str:
         return re.search(r"<answer>\s*(\S+)\s*</answer>", completion).group(1)
