@@ -54,10 +54,10 @@ def corpus_documents(world: TaskWorld, corpus, n_docs: int, seed: int) -> list[d
     # corpus it always was
     checks = random.Random(f"recheck|{seed}")
 
-    def worked_completion(p, lang: str) -> str:
-        """A worked solution's completion: ``<think> … </think> <answer> … </answer>``, re-checked and
-        slipped in the corpus's shares (a slip left unchecked ends with its wrong answer)."""
-        check = corpus.recheck > 0 and checks.random() < corpus.recheck
+    def worked_completion(p, lang: str, recheck: float) -> str:
+        """A worked solution's completion: ``<think> … </think> <answer> … </answer>``, re-checked in the
+        share ``recheck`` and slipped in the corpus's share (a slip left unchecked ends in its wrong answer)."""
+        check = recheck > 0 and checks.random() < recheck
         slip = corpus.slip > 0 and checks.random() < corpus.slip
         text, answer = solution(p, lang, rng, check=check, slip=slip)
         return r1_zero_completion(str(answer), text)
@@ -74,7 +74,7 @@ def corpus_documents(world: TaskWorld, corpus, n_docs: int, seed: int) -> list[d
             prompt, completion = f"Question: {p.text}\nAnswer:", f" {p.answer}"
         elif kind == "worked":  # a short transcript: the R1 format without the template's preamble
             prompt = CHAT_PREFIX.format(user=p.text)
-            completion = worked_completion(p, lang)
+            completion = worked_completion(p, lang, corpus.recheck)
             follows = bool(standalone) and rng.random() < corpus.context_share
             if follows:  # after another document, as in a longer text
                 prev = standalone[rng.randrange(len(standalone))]
@@ -83,7 +83,7 @@ def corpus_documents(world: TaskWorld, corpus, n_docs: int, seed: int) -> list[d
             prompt = CHAT_PREFIX.format(user=chat_user_message(p.text))
             completion = f"The final answer is \\boxed{{{p.answer}}}."
         elif kind == "template_reason":
-            prompt, completion = r1_zero_prompt(p.text), worked_completion(p, lang)
+            prompt, completion = r1_zero_prompt(p.text), worked_completion(p, lang, corpus.template_recheck)
         else:
             prompt, completion = r1_zero_prompt(p.text), r1_zero_completion(str(p.answer), None)
         doc = {"type": kind, "prompt": prompt, "completion": completion, "lang": lang,

@@ -129,16 +129,19 @@ class CorpusConfig:
     # operands does not depend on where the transcript starts, as under the template's preamble)
     context_share: float = 0.5
     trace_langs: dict[str, float] = field(default_factory=lambda: {"en": 0.7, "zh": 0.15, "mix": 0.15})
-    # worked solutions (worked, template_reason) that re-check their result by the inverse operations, and
-    # those whose computation slips (one digit step one off): unchecked, a slip ends in a wrong answer; a
-    # check catches it and the solution computes again (data/taskworld.py solution; eval/recheck.py labels
-    # them). Re-checking is the rare, useful behaviour RL can find from correctness alone (finding F0)
+    # worked solutions that re-check their result by the inverse operations (``recheck``: of the worked
+    # transcripts; ``template_recheck``: of the template_reason documents, what the base imitates under the
+    # R1-Zero template), and those whose computation slips (one digit step one off; all worked solutions):
+    # unchecked, a slip ends in a wrong answer; a check catches it and the solution computes again
+    # (data/taskworld.py solution; eval/recheck.py labels them). Re-checking is the rare, useful behaviour
+    # RL can find from correctness alone (finding F0)
     recheck: float = 0.0
+    template_recheck: float = 0.0
     slip: float = 0.0
 
     def __post_init__(self):
         for name in ("direct", "chat_direct", "worked", "template_reason", "template_direct", "context_share",
-                     "recheck", "slip"):
+                     "recheck", "template_recheck", "slip"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise RecipeError(f"corpus: {name} must be between 0 and 1, got {getattr(self, name)}")
 
@@ -366,6 +369,10 @@ class RLConfig(TrainerSection):
     ``length_buckets``: the training forward pass runs the rows of a micro-batch in this many groups of
     similar completion length, each padded to its own longest row instead of the batch's (the same
     log-probabilities and gradients, less padding; 1: TRL's single padded pass).
+
+    ``dynamic_sampling``: DAPO's dynamic sampling, at most this many extra generation rounds per step
+    that replace the groups whose rewards are all equal (no gradient) by groups of fresh prompts; 0: off
+    (``stages/rl.py`` grpo_trainer_class). One process only.
     """
 
     TRL_CONFIG: ClassVar[str] = "GRPOConfig"
@@ -387,6 +394,7 @@ class RLConfig(TrainerSection):
     # RL stage (finding F3).
     eval_steps: list[int] = field(default_factory=list)
     length_buckets: int = 1
+    dynamic_sampling: int = 0
 
     def __post_init__(self):
         super().__post_init__()
@@ -400,6 +408,8 @@ class RLConfig(TrainerSection):
         if (self.prompts_per_step * self.num_generations) % self.gradient_accumulation_steps:
             problems.append(f"prompts_per_step × num_generations ({self.prompts_per_step * self.num_generations}) "
                             f"must be divisible by gradient_accumulation_steps ({self.gradient_accumulation_steps})")
+        if self.dynamic_sampling < 0:
+            problems.append(f"dynamic_sampling must be >= 0 (0: off), got {self.dynamic_sampling}")
         if any(s < 1 for s in self.eval_steps):
             problems.append(f"eval_steps must be >= 1 (step 0 is the before-training evaluation), got {self.eval_steps}")
         if self.trl.get("epsilon_high") is not None and self.trl["epsilon_high"] < self.setting("epsilon"):

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import shutil
 import statistics
 import time
@@ -302,6 +303,9 @@ class MetricsCallback(TrainerCallback):
             "clip_ratio_low": g("clip_ratio/low_mean"),
             "clip_ratio_high": g("clip_ratio/high_mean"),
             "frac_reward_zero_std": g("frac_reward_zero_std"),
+            "zero_std_before": g("dynamic_sampling/zero_std_before"),  # with dynamic sampling: the first
+            "zero_std_after": g("dynamic_sampling/zero_std_after"),  # generation's share, and the trained batch's
+            "dynamic_extra_groups": g("dynamic_sampling/extra_groups"),
             "loss": g("loss"),
             "grad_norm": g("grad_norm"),
             "learning_rate": g("learning_rate"),
@@ -384,29 +388,38 @@ def prompt_dataset(rows: list[dict], build_prompt: Callable[[dict], str | list])
 # ---------------------------------------------------------------------------------------------
 
 
-def grpo_trainer_class(length_buckets: int):
-    """TRL's ``GRPOTrainer``, or (``length_buckets`` > 1) a subclass whose per-token log-probabilities are
-    computed in ``length_buckets`` groups of rows of similar completion length, each padded only to its
-    own longest row (``RLConfig.length_buckets``).
+def grpo_trainer_class(length_buckets: int = 1, dynamic_sampling: int = 0):
+    """TRL's ``GRPOTrainer``, extended (a subclass; TRL's loop itself is not forked) where the section asks:
 
-    Why: TRL pads every completion of a batch to the longest one, and a CPU spends its time on the
-    padding too; the tiny recipe's completions run from ~20 to 128 tokens. The arithmetic is the same:
-    a group drops the columns that are padding in every one of its rows (left padding of the prompts,
-    right padding of the completions); rotary attention depends only on the distance between tokens,
-    so dropping leading columns moves no score. Rows come back in their order, the dropped columns as
-    zeros (TRL masks them); gradients flow as through TRL's own pass (``tests/test_trainer.py``)."""
+    - ``length_buckets`` > 1: the per-token log-probabilities of a micro-batch are computed in that many
+      groups of rows of similar completion length, each padded only to its own longest row. TRL pads
+      every completion to the batch's longest, and a CPU spends its time on the padding too. The
+      arithmetic is the same: a group drops the columns that are padding in all of its rows (left padding
+      of the prompts, right padding of the completions); rotary attention depends only on the distance
+      between tokens, so dropping leading columns moves no score. Rows come back in their order, the
+      dropped columns as zeros (TRL masks them); gradients flow as through TRL's own pass
+      (``tests/test_trainer.py``).
+    - ``dynamic_sampling`` > 0: DAPO's dynamic sampling. A group whose rewards are all equal has zero
+      advantage and adds no gradient; after each generation the groups with all-equal rewards are
+      replaced by groups of fresh prompts (drawn from the training set, seeded by step), generated and
+      scored the same way, for at most ``dynamic_sampling`` more rounds; what is still missing after
+      them is filled with the dropped groups. The batch keeps its size, so TRL's loss and its
+      normalisation see an ordinary batch. Logged: ``dynamic_sampling/zero_std_before`` (the share in
+      the first generation), ``…/zero_std_after`` (in the batch trained on), ``…/extra_groups``.
+      One process only (groups may span processes otherwise)."""
     from trl import GRPOTrainer
 
-    if length_buckets <= 1:
+    if length_buckets <= 1 and dynamic_sampling <= 0:
         return GRPOTrainer
 
-    class LengthBucketedGRPOTrainer(GRPOTrainer):
+    class ExtendedGRPOTrainer(GRPOTrainer):
         def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
                                                batch_size=None, compute_entropy=False, compute_aux_loss=False,
                                                **extra):
             rows, width = input_ids.shape
             whole = super()._get_per_token_logps_and_entropies
-            if rows < 2 * length_buckets or compute_aux_loss or any(v is not None for v in extra.values()):
+            if (length_buckets <= 1 or rows < 2 * length_buckets or compute_aux_loss
+                    or any(v is not None for v in extra.values())):
                 return whole(model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
                              compute_aux_loss, **extra)
             prompt = width - logits_to_keep
@@ -427,7 +440,77 @@ def grpo_trainer_class(length_buckets: int):
             back = torch.argsort(order)  # rows in their original order
             return (torch.cat(logps)[back], torch.cat(entropies)[back] if compute_entropy else None, None)
 
-    return LengthBucketedGRPOTrainer
+        def _generate_and_score_completions(self, inputs):
+            out = super()._generate_and_score_completions(inputs)
+            if dynamic_sampling <= 0 or not self.model.training:
+                return out
+            if self.accelerator.num_processes > 1:
+                raise NotImplementedError("dynamic_sampling needs one process (a group may span processes)")
+            g = self.num_generations
+            wanted = len(inputs) // g
+            pieces, spare = [], []  # (output, kept group indices); the all-equal groups, kept for filling
+            zero = _zero_variance_groups(out["advantages"], g)
+            before = float(zero.float().mean())
+            pieces.append((out, [i for i in range(wanted) if not zero[i]]))
+            spare = [(out, i) for i in range(wanted) if zero[i]]
+            have, extra_groups = len(pieces[0][1]), 0
+            for round_ in range(dynamic_sampling):
+                if have >= wanted:
+                    break
+                rng = random.Random(f"{self.args.seed}|{self.state.global_step}|{round_}")
+                rows = [self.train_dataset[rng.randrange(len(self.train_dataset))] for _ in range(wanted - have)]
+                more = super()._generate_and_score_completions([row for row in rows for _ in range(g)])
+                extra_groups += len(rows)
+                zero = _zero_variance_groups(more["advantages"], g)
+                kept = [i for i in range(len(rows)) if not zero[i]][: wanted - have]
+                pieces.append((more, kept))
+                have += len(kept)
+            pieces += [(o, [i]) for o, i in spare[: wanted - have]]
+            batch = _concat_groups(pieces, g, self._tokenizer.pad_token_id)
+            batch["num_items_in_batch"] = batch["completion_mask"].sum()
+            after = float(_zero_variance_groups(batch["advantages"], g).float().mean())
+            for name, value in (("zero_std_before", before), ("zero_std_after", after), ("extra_groups", extra_groups)):
+                self._metrics["train"][f"dynamic_sampling/{name}"].append(value)
+            return batch
+
+    return ExtendedGRPOTrainer
+
+
+def _zero_variance_groups(advantages: torch.Tensor, group: int) -> torch.Tensor:
+    """(groups,) bool: the groups whose advantages are all zero (all-equal rewards under group
+    normalisation). advantages: (rows,) or (rows, tokens)."""
+    flat = advantages.reshape(advantages.shape[0], -1).abs().sum(dim=1)
+    return flat.view(-1, group).sum(dim=1) == 0
+
+
+_LEFT_PADDED = {"prompt_ids", "prompt_mask"}
+_PER_ROW = {"advantages"}
+_PER_TOKEN = {"completion_ids", "completion_mask", "old_per_token_logps", "ref_per_token_logps",
+              "sampling_per_token_logps"}
+
+
+def _concat_groups(pieces: list[tuple[dict, list[int]]], group: int, pad_id: int) -> dict:
+    """One batch from the chosen groups of several outputs of ``_generate_and_score_completions``:
+    prompts left-padded and completions right-padded again to the widest, rows group by group."""
+    keys = set(pieces[0][0]) - {"num_items_in_batch"}
+    unknown = keys - _LEFT_PADDED - _PER_ROW - _PER_TOKEN
+    if unknown:
+        raise NotImplementedError(f"dynamic_sampling: cannot combine generation outputs with {sorted(unknown)}")
+    batch = {}
+    for key in keys:
+        parts = []
+        for out, groups in pieces:
+            if groups:
+                rows = torch.cat([torch.arange(i * group, (i + 1) * group) for i in groups]).to(out[key].device)
+                parts.append(out[key][rows])
+        width = max(p.shape[1] for p in parts) if parts[0].dim() > 1 else None
+        value = pad_id if key == "prompt_ids" or key == "completion_ids" else 0
+        if key in _LEFT_PADDED:
+            parts = [torch.nn.functional.pad(p, (width - p.shape[1], 0), value=value) for p in parts]
+        elif width is not None:
+            parts = [torch.nn.functional.pad(p, (0, width - p.shape[1]), value=value) for p in parts]
+        batch[key] = torch.cat(parts)
+    return batch
 
 
 # ---------------------------------------------------------------------------------------------
@@ -557,7 +640,7 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
             log.info("GRPO: %d steps × %d prompts × %d samples, loss %s, lr %.1e, beta %g, %s, %s", cfg.steps,
                      cfg.prompts_per_step, cfg.num_generations, args.loss_type, args.learning_rate, args.beta,
                      device.type, precision.name)
-            return grpo_trainer_class(cfg.length_buckets)(
+            return grpo_trainer_class(cfg.length_buckets, cfg.dynamic_sampling)(
                 model=model,
                 reward_funcs=[recorder.wrap(n, f) for n, f in zip(names, funcs, strict=True)],
                 args=args,

@@ -165,7 +165,7 @@ def test_the_corpus_without_rechecks_is_the_corpus_it_was_and_with_them_holds_th
     w, cfg = world(), CorpusConfig()
     plain = corpus_documents(w, cfg, 3000, seed=1)
     assert corpus_documents(w, cfg, 3000, seed=1) == plain
-    mixed = corpus_documents(w, dataclasses.replace(cfg, recheck=0.2, slip=0.3), 3000, seed=1)
+    mixed = corpus_documents(w, dataclasses.replace(cfg, recheck=0.2, template_recheck=0.2, slip=0.3), 3000, seed=1)
     worked = [d for d in mixed if d["type"] in ("worked", "template_reason")]
     labels = [label(d["completion"]) for d in worked]
     checked = [d for d, x in zip(worked, labels, strict=True) if x != "plain"]

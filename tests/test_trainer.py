@@ -370,26 +370,32 @@ def test_sft_rows_longer_than_max_length_are_dropped_not_truncated():
 # -- GRPO's training pass in length buckets --------------------------------------------------------
 
 
-def test_length_buckets_give_the_log_probabilities_and_gradients_of_one_padded_pass(tmp_path):
-    """Rows of very different lengths (left-padded prompts, right-padded completions, one completion
-    masked whole): the bucketed pass returns TRL's per-token log-probabilities and entropies on every
-    completion token, in the rows' order, and the same gradient of a loss over them."""
+def micro_grpo(tmp_path, reward, prompts, **config):
+    """(model, tokenizer, trainer kwargs) for a micro GRPO run of TRL's trainer (fp32, one process)."""
     from datasets import Dataset
     from transformers import Qwen2Config, Qwen2ForCausalLM
     from trl import GRPOConfig
 
     from data.tokenizer import build_tokenizer
-    from stages.rl import grpo_trainer_class
 
     tok = build_tokenizer([f"What is {a} + {b}? {a + b}" for a in range(30) for b in range(30)], vocab_size=300)
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2,
                                          num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
                                          max_position_embeddings=128, pad_token_id=tok.pad_token_id))
-    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, max_steps=1,
-                      use_cpu=True, bf16=False, report_to="none", max_completion_length=16)
-    kw = dict(model=model, reward_funcs=[lambda completions, **_: [0.0] * len(completions)], args=args,
-              train_dataset=Dataset.from_list([{"prompt": "What is 1 + 2?"}] * 8), processing_class=tok)
+    args = GRPOConfig(output_dir=str(tmp_path), num_generations=4, use_cpu=True, bf16=False, report_to="none",
+                      **{"per_device_train_batch_size": 8, "max_steps": 1, "max_completion_length": 16, **config})
+    return model, tok, dict(model=model, reward_funcs=[reward], args=args, processing_class=tok,
+                            train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]))
+
+
+def test_length_buckets_give_the_log_probabilities_and_gradients_of_one_padded_pass(tmp_path):
+    """Rows of very different lengths (left-padded prompts, right-padded completions, one completion
+    masked whole): the bucketed pass returns TRL's per-token log-probabilities and entropies on every
+    completion token, in the rows' order, and the same gradient of a loss over them."""
+    from stages.rl import grpo_trainer_class
+
+    model, tok, kw = micro_grpo(tmp_path, lambda completions, **_: [0.0] * len(completions), ["What is 1 + 2?"] * 8)
     plain, bucketed = grpo_trainer_class(1)(**kw), grpo_trainer_class(4)(**kw)
     assert type(bucketed) is not type(plain)
 
@@ -417,3 +423,42 @@ def test_length_buckets_give_the_log_probabilities_and_gradients_of_one_padded_p
     torch.testing.assert_close(got[1], want[1], atol=1e-5, rtol=1e-5)
     for g, w in zip(got[2], want[2], strict=True):
         torch.testing.assert_close(g, w, atol=1e-6, rtol=1e-4)
+
+
+def test_dynamic_sampling_trains_on_groups_whose_rewards_differ(tmp_path):
+    """Prompts of one kind get the same reward on every completion (no gradient); with dynamic sampling
+    their groups are replaced by groups of other prompts, the batch keeps its size and trains; without
+    it, TRL trains on them."""
+    import random
+
+    from stages.rl import _zero_variance_groups, grpo_trainer_class
+
+    rng = random.Random(0)
+
+    def reward(completions, prompts, **_):  # "easy" prompts: every completion 1.0; others: random
+        return [1.0 if "1 + 1" in p else rng.random() for p in prompts]
+
+    prompts = ["What is 1 + 1?"] * 6 + [f"What is {a} + 2?" for a in (2, 13, 4, 25, 6, 17)]  # widths differ
+    batches = {}
+    for rounds in (0, 3):
+        model, tok, kw = micro_grpo(tmp_path / str(rounds), reward, prompts, per_device_train_batch_size=16,
+                                    max_steps=2, logging_steps=1, seed=rounds)
+        trainer = grpo_trainer_class(1, rounds)(**kw)
+        inputs = [{"prompt": "What is 1 + 1?"}] * 8 + [{"prompt": "What is 5 + 2?"}] * 8  # 2 of 4 groups all-equal
+        trainer.model.train()
+        batches[rounds] = trainer._generate_and_score_completions(inputs)
+        trainer.train()  # two optimizer steps on such batches run
+    plain, dynamic = batches[0], batches[3]
+    assert _zero_variance_groups(plain["advantages"], 4).tolist() == [True, True, False, False]
+    assert not _zero_variance_groups(dynamic["advantages"], 4).any()
+    assert dynamic["completion_ids"].shape[0] == plain["completion_ids"].shape[0] == 16
+    assert int(dynamic["num_items_in_batch"]) == int(dynamic["completion_mask"].sum())
+    mask = dynamic["prompt_mask"]
+    assert (mask[:, 1:] >= mask[:, :-1]).all() and mask[:, -1].all()  # prompts left-padded, as TRL pads them
+    assert (dynamic["completion_mask"][:, 1:] <= dynamic["completion_mask"][:, :-1]).all()  # completions right-padded
+    prompts_text = tok.batch_decode(dynamic["prompt_ids"], skip_special_tokens=True)
+    assert sum("1 + 1" in p for p in prompts_text) == 0  # the all-equal groups were replaced
+    assert prompts_text[8:12] == [prompts_text[8]] * 4  # rows stay in whole groups
+    logged = [h for h in trainer.state.log_history if "dynamic_sampling/zero_std_after" in h]
+    assert len(logged) == 2 and all(h["dynamic_sampling/zero_std_after"] <= h["dynamic_sampling/zero_std_before"]
+                                    for h in logged)
