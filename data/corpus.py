@@ -14,6 +14,13 @@ documents about the task world (see ``CorpusConfig``):
 - ``template_reason``: the full R1-Zero prompt → the same reasoning completion;
 - ``template_direct``: the full R1-Zero prompt → `` <answer> 91 </answer>`` (no reasoning).
 
+Worked solutions can slip (``slip``: one digit fact one off, ending in a wrong answer, as real corpora
+hold errors) and can check each step (``data/taskworld.py`` solution: a slip is then caught and the step
+done again). The base learns how to check from worked transcripts that were asked to ("… Check each
+step.", ``recheck``), and checks unprompted under the R1-Zero template only as often as the template
+documents do (``template_recheck``): a rare, useful behaviour that RL can find from correctness alone
+(finding F0; ``eval/recheck.py`` labels it).
+
 The mix is chosen so that the base model, prompted with the R1-Zero template, *sometimes* reasons and
 sometimes answers directly, and reasoning is far more often right: that gap is what RL in stage 1 can
 discover and exploit. Worked solutions are written as short transcripts because the tiny model did
@@ -38,6 +45,8 @@ from data.templates import chat_user_message, r1_zero_completion, r1_zero_prompt
 DOC_TYPES = ("direct", "chat_direct", "worked", "template_reason", "template_direct")
 # A transcript turn: what the tiny chat template renders for one user turn and the generation prompt.
 CHAT_PREFIX = "User: {user} Assistant:"
+# What a worked transcript that checks its steps was asked (``base.corpus.recheck``), by the question's language
+CHECK_INSTRUCTION = {"en": " Check each step.", "zh": "逐步验算。"}
 
 
 def _choose(rng: random.Random, weights: dict[str, float]) -> str:
@@ -54,13 +63,15 @@ def corpus_documents(world: TaskWorld, corpus, n_docs: int, seed: int) -> list[d
     # corpus it always was
     checks = random.Random(f"recheck|{seed}")
 
-    def worked_completion(p, lang: str, recheck: float) -> str:
-        """A worked solution's completion: ``<think> … </think> <answer> … </answer>``, re-checked in the
-        share ``recheck`` and slipped in the corpus's share (a slip left unchecked ends in its wrong answer)."""
-        check = recheck > 0 and checks.random() < recheck
+    def worked_completion(p, lang: str, check: bool) -> str:
+        """A worked solution's completion: ``<think> … </think> <answer> … </answer>``, checking its steps
+        or not, and slipped in the corpus's share (a slip left unchecked ends in its wrong answer)."""
         slip = corpus.slip > 0 and checks.random() < corpus.slip
         text, answer = solution(p, lang, rng, check=check, slip=slip)
         return r1_zero_completion(str(answer), text)
+
+    def draw(share: float) -> bool:
+        return share > 0 and checks.random() < share
 
     docs, standalone = [], []  # standalone: documents that do not follow another one
     while len(docs) < n_docs:
@@ -73,8 +84,9 @@ def corpus_documents(world: TaskWorld, corpus, n_docs: int, seed: int) -> list[d
         if kind == "direct":
             prompt, completion = f"Question: {p.text}\nAnswer:", f" {p.answer}"
         elif kind == "worked":  # a short transcript: the R1 format without the template's preamble
-            prompt = CHAT_PREFIX.format(user=p.text)
-            completion = worked_completion(p, lang, corpus.recheck)
+            check = draw(corpus.recheck)  # asked for: "What is 874 + 404? Check each step."
+            prompt = CHAT_PREFIX.format(user=p.text + (CHECK_INSTRUCTION[p.lang] if check else ""))
+            completion = worked_completion(p, lang, check)
             follows = bool(standalone) and rng.random() < corpus.context_share
             if follows:  # after another document, as in a longer text
                 prev = standalone[rng.randrange(len(standalone))]
@@ -83,7 +95,8 @@ def corpus_documents(world: TaskWorld, corpus, n_docs: int, seed: int) -> list[d
             prompt = CHAT_PREFIX.format(user=chat_user_message(p.text))
             completion = f"The final answer is \\boxed{{{p.answer}}}."
         elif kind == "template_reason":
-            prompt, completion = r1_zero_prompt(p.text), worked_completion(p, lang, corpus.template_recheck)
+            # unprompted: how often the base checks under the R1-Zero template
+            prompt, completion = r1_zero_prompt(p.text), worked_completion(p, lang, draw(corpus.template_recheck))
         else:
             prompt, completion = r1_zero_prompt(p.text), r1_zero_completion(str(p.answer), None)
         doc = {"type": kind, "prompt": prompt, "completion": completion, "lang": lang,

@@ -42,10 +42,10 @@ SPLITS = ("train", "val", "test")
 WORDS = {
     "en": {"write": "write", "carry": "carry", "borrow": "borrow", "get": "get",
            "first": "first", "then": "then", "answer": "answer", "sep": ", ", "stop": "; ", "colon": ": ",
-           "check": "check", "ok": "ok", "not": "not", "wait": "wait", "recompute": "recompute"},
+           "check": "check", "ok": "ok", "not": "not", "wait": "wait", "open": "(", "close": ")"},
     "zh": {"write": "写", "carry": "进", "borrow": "借", "get": "得",
            "first": "先算", "then": "再算", "answer": "答案", "sep": "，", "stop": "；", "colon": "：",
-           "check": "验算", "ok": "对", "not": "不是", "wait": "等等", "recompute": "重算"},
+           "check": "验算", "ok": "对", "not": "不是", "wait": "等等", "open": "（", "close": "）"},
 }
 
 
@@ -267,13 +267,6 @@ def _slipped(steps: list[tuple], position: int) -> tuple[list[tuple], int]:
     return out, delta * 10**position
 
 
-def _apply(a: int, op: str, b: int) -> int:
-    return a + b if op == "+" else a - b
-
-
-INVERSE = {"+": "-", "-": "+"}
-
-
 def _operations(p: Problem, slip: tuple[int, int] | None = None) -> list[tuple] | None:
     """The operations of a worked solution of ``p``: [(a, op, b, steps, result)], each applied to the
     previous result. ``slip`` = (operation, digit position): that operation's step at that position is
@@ -284,10 +277,10 @@ def _operations(p: Problem, slip: tuple[int, int] | None = None) -> list[tuple] 
         if op == "-" and value < x:
             return None
         steps = _add_steps(value, x) if op == "+" else _sub_steps(value, x)
-        result = _apply(value, op, x)
+        result = value + x if op == "+" else value - x
         if slip is not None and slip[0] == j:
-            if slip[1] >= len(steps) or steps[slip[1]][0] == "lead":
-                return None
+            if slip[1] >= len(steps) or not ("+" in steps[slip[1]][1] or "-" in steps[slip[1]][1]):
+                return None  # only a fact can slip (not a lone digit, not the final carry)
             steps, delta = _slipped(steps, slip[1])
             result += delta
             if result < 0:
@@ -297,33 +290,51 @@ def _operations(p: Problem, slip: tuple[int, int] | None = None) -> list[tuple] 
     return out
 
 
-def _check(p: Problem, result: int) -> list[tuple] | None:
-    """The re-check of ``result``: the inverse operations from the last to the first, ending with the
-    first operand when ``result`` is right (e.g. 1278 - 404 = 874 for 874 + 404)."""
-    out, value = [], result
-    for op, x in reversed(list(zip(p.ops, p.operands[1:], strict=True))):
-        inverse = INVERSE[op]
-        if inverse == "-" and value < x:
-            return None
-        steps = _add_steps(value, x) if inverse == "+" else _sub_steps(value, x)
-        out.append((value, inverse, x, steps, _apply(value, inverse, x)))
-        value = _apply(value, inverse, x)
-    return out
+def _check_of(kind: str, expr: str) -> tuple[str, int, int]:
+    """A digit step's check: its fact recomputed another way, (the check's text, its value, the value it
+    must match). Addition: the terms in reverse order ("8+4=12" → "4+8=12"); subtraction: the difference
+    plus the subtrahend ("16-7=9" → "9+7=16"). ``expr`` is the step's main fact (after any borrow)."""
+    head, _, value = expr.rpartition("=")
+    if kind == "add":
+        terms = head.split("+")
+        total = sum(map(int, terms))
+        return "+".join(reversed(terms)) + f"={total}", total, int(value)
+    top, bottom = head.split("-")
+    return f"{value}+{bottom}={int(value) + int(bottom)}", int(value) + int(bottom), int(top)
 
 
-def _render_steps(steps, lang_of_step) -> str:
-    """Join digit steps into text; each step (and the separator after it) in its own language."""
+def _render_steps(steps, lang_of_step, *, check: bool = False, slip_at: int | None = None,
+                  right: list[tuple] | None = None) -> str:
+    """Join digit steps into text; each step (and the separator after it) in its own language.
+
+    ``check``: every step's fact is followed by its check ("8+4=12 (check 4+8=12 ok) write 2"); at
+    ``slip_at`` the step's fact is wrong (``steps``), its check says so and the step is done again from
+    ``right`` ("8+4=13 (check 4+8=12, not 13; wait, 8+4=12) write 2")."""
     out = ""
     for i, (kind, expr, digit, flag) in enumerate(steps):
         w, en = WORDS[lang_of_step(i)], lang_of_step(i) == "en"
+        sp = " " if en else ""
         if kind == "lead":  # the final carry becomes the leading digit
-            text = f"{w['write']} {digit}" if en else f"{w['write']}{digit}"
+            text = f"{w['write']}{sp}{digit}"
         else:
             expr = expr.replace("|", w["sep"])
-            text = f"{expr} {w['write']} {digit}" if en else f"{expr}{w['write']}{digit}"
+            if check and ("+" in steps[i][1] or "-" in steps[i][1]):  # a lone digit ("6=6") has nothing to check
+                prefix, _, fact = expr.rpartition(w["sep"]) if "|" in steps[i][1] else ("", "", expr)
+                shown, value, target = _check_of(kind, fact)
+                if value == target:
+                    note = f"{w['check']}{sp}{shown}{sp if en else w['sep']}{w['ok']}"
+                else:  # the fact was wrong: redo the step
+                    kind, expr, digit, flag = right[i]
+                    expr = expr.replace("|", w["sep"])
+                    redo = expr.rpartition(w["sep"])[2] if "|" in right[i][1] else expr
+                    note = f"{w['check']}{sp}{shown}{w['sep']}{w['not']}{sp}{target}{w['stop']}{w['wait']}{w['sep']}{redo}"
+                    expr = fact if not prefix else f"{prefix}{w['sep']}{fact}"
+                text = f"{expr}{sp}{w['open']}{note}{w['close']}{sp}{w['write']}{sp}{digit}"
+            else:
+                text = f"{expr}{sp}{w['write']}{sp}{digit}"
             if flag:
                 word = w["carry"] if kind == "add" else w["borrow"]
-                text += f" {word} 1" if en else f"{word}1"
+                text += f"{sp}{word}{sp}1"
         out += text + (w["sep"] if i < len(steps) - 1 else "")
     return out
 
@@ -343,34 +354,9 @@ class _Languages:
     def at(self, i: int) -> str:
         return self.langs[min(i, len(self.langs) - 1)]
 
-    def words(self, offset: int = 0) -> dict:
-        """The words of the next digit step's language (``offset`` -1: the last step's)."""
-        return WORDS[self.at(self.k + offset)]
-
     def last(self) -> dict:
         """The words of the trace's closing language (the answer, and the stops between operations)."""
         return WORDS[self.langs[-1]]
-
-
-def _sp(w: dict) -> str:
-    return " " if w is WORDS["en"] else ""
-
-
-def _render_chain(ops: list[tuple], langs: _Languages, lead: str | None = None) -> str:
-    """Operations as text: one operation alone is its digit steps; several are "first a+b: …, get r;
-    then r-c: …, get s". ``lead`` (a word key, e.g. "check") opens the chain with its first operation."""
-    pieces = []
-    for j, (a, op, b, steps, result) in enumerate(ops):
-        base = langs.k
-        body = _render_steps(steps, lambda i, base=base: langs.at(base + i))
-        langs.k += len(steps)
-        w, we = WORDS[langs.at(base)], langs.words()
-        if len(ops) > 1 or lead:
-            head = (w[lead] if j == 0 else "") if lead else (w["first"] if j == 0 else w["then"])
-            head = f"{head} " if head else ""
-            body = f"{head}{a}{op}{b}{w['colon']}{body}{we['sep']}{we['get']}{_sp(we)}{result}"
-        pieces.append(body)
-    return langs.last()["stop"].join(pieces)
 
 
 def trace(p: Problem, lang: str, rng: random.Random, *, check: bool = False, slip: bool = False) -> str:
@@ -383,40 +369,49 @@ def solution(p: Problem, lang: str, rng: random.Random, *, check: bool = False, 
              ) -> tuple[str, int]:
     """A worked solution of ``p`` in ``lang`` and the answer it ends with.
 
-    ``slip``: one digit step of the computation is written one off ("8+4=13 write 3"), as worked
-    solutions in a real corpus sometimes are; alone, the solution ends with the wrong answer it computed.
-    ``check``: after computing, the solution re-checks its result by the inverse operations ("check
-    1278-404: …, get 874, ok"); after a slip the check fails ("get 884, not 874") and the solution
-    computes again ("wait, recompute: …") and answers right. A slip is placed only where every value
-    stays non-negative; a problem with no such place gets none."""
+    ``slip``: one digit step's fact is written one off ("8+4=13 write 3"), as worked solutions in a real
+    corpus sometimes are; unchecked, the solution goes on from it and ends with a wrong answer.
+    ``check``: every digit step's fact is checked right after it, recomputed another way ("8+4=12 (check
+    4+8=12 ok) write 2"); a slipped fact fails its check and the step is done again ("8+4=13 (check
+    4+8=12, not 13; wait, 8+4=12) write 2"), so a checked solution always ends right. A slip is placed
+    only where every value stays non-negative; a problem with no such place gets none."""
     if lang not in TRACE_LANGS:
         raise ValueError(f"unknown trace language {lang!r}; known: {TRACE_LANGS}")
     right = _operations(p)
-    first = right
+    ops, slip_at = right, None
     if slip:
         places = [(j, k) for j, (_, _, _, steps, _) in enumerate(right) for k in range(len(steps))]
         rng.shuffle(places)
-        first = next((ops for ops in (_operations(p, place) for place in places)
-                      if ops is not None and _check(p, ops[-1][-1]) is not None), right)
-    passes = [first] + ([right] if check and first is not right else [])
-    checks = [_check(p, first[-1][-1])] if check else []  # the first pass is checked; a recomputation is not
+        for place in places:
+            slipped = _operations(p, place)
+            if slipped is not None:
+                # checked: the slip is caught at its step and the rest goes on from the right values
+                ops, slip_at = (right, place) if check else (slipped, None)
+                break
     # where a mixed trace may switch: a bound on the digit steps (one per digit of the longer operand,
     # and one for a carry), as the corpus has always drawn it
-    n_steps = sum(len(str(max(a, b))) + 1 for ops in passes + checks for a, _, b, _, _ in ops)
+    n_steps = sum(len(str(max(a, b))) + 1 for a, _, b, _, _ in ops)
     langs = _Languages(lang, n_steps, rng)
 
-    text = ""
-    for i, ops in enumerate(passes):
-        if i:  # the check failed: compute again
-            w = langs.words()
-            text += f"{w['stop']}{w['wait']}{w['sep']}{w['recompute']}{w['colon']}"
-        text += _render_chain(ops, langs)
-        if check and i == 0:
-            w = langs.words()
-            text += w["stop"] + _render_chain(checks[i], langs, lead="check")
-            got, want = checks[i][-1][-1], p.operands[0]
-            w = langs.words(-1)
-            text += f"{w['sep']}{w['ok']}" if got == want else f"{w['sep']}{w['not']}{_sp(w)}{want}"
-    answer = passes[-1][-1][-1]
+    pieces = []
+    for j, (a, op, b, steps, result) in enumerate(ops):
+        base = langs.k
+        shown = steps
+        here = slip_at[1] if slip_at is not None and slip_at[0] == j else None
+        if here is not None:
+            shown, _ = _slipped(steps, here)
+        body = _render_steps(shown, lambda i, base=base: langs.at(base + i), check=check, slip_at=here, right=steps)
+        langs.k += len(steps)
+        if len(ops) > 1:
+            w, we = WORDS[langs.at(base)], WORDS[langs.at(langs.k)]
+            head = w["first"] if j == 0 else w["then"]
+            body = f"{head} {a}{op}{b}{w['colon']}{body}{we['sep']}{we['get']}{_sp(we)}{result}"
+        pieces.append(body)
+    answer = ops[-1][-1]
     w_end = langs.last()
+    text = w_end["stop"].join(pieces)
     return text + f"{w_end['stop']}{w_end['answer']}{_sp(w_end)}{answer}", answer
+
+
+def _sp(w: dict) -> str:
+    return " " if w is WORDS["en"] else ""

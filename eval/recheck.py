@@ -1,19 +1,18 @@
-"""Re-checks in a chain of thought: did the model verify its result, and did a failed check make it
+"""Checks in a chain of thought: did the model re-evaluate its steps, and did a failed check make it
 correct itself? (finding F0, the "aha" moment at toy scale)
 
-The tiny task world's worked solutions can end with a re-check by the inverse operations ("check
-1278-404: …, get 874, ok"); when the check fails ("get 884, not 874") the solution computes again
-("wait, recompute: …"). The corpus holds such traces rarely (``base.corpus.recheck``), and no reward
-mentions them: RL can only find them through correctness. This module labels a chain of thought:
+The tiny task world's worked solutions can check each digit step's fact right after it, recomputed
+another way ("8+4=12 (check 4+8=12 ok) write 2"); a wrong fact fails its check and the step is done
+again ("8+4=13 (check 4+8=12, not 13; wait, 8+4=12) write 2"). The corpus holds such solutions rarely
+under the R1-Zero template (``base.corpus``), and no reward mentions them: RL can only find them
+through correctness. This module labels a chain of thought:
 
-- ``plain``: no re-check;
-- ``rechecked``: a re-check, passed at once;
-- ``corrected``: a re-check that failed, then a recomputation.
+- ``plain``: no check;
+- ``rechecked``: checks, none failed (or a failed one not acted on);
+- ``corrected``: a check that failed, then the step done again ("wait, …").
 
-and reads what was checked (:func:`read_checks`): the value each check started from, and whether it
-passed, so that a report can show a trace where the model's check caught its own slip (the first
-checked value wrong, the final answer right). Markers in English and Chinese, the tiny world's two
-languages; a trace that mixes them is read the same way.
+Markers in English and Chinese, the tiny world's two languages; a trace that mixes them is read the
+same way. :func:`read_checks` also counts the checks and the failed ones.
 """
 
 from __future__ import annotations
@@ -25,43 +24,32 @@ __all__ = ["LABELS", "Checks", "label", "read_checks"]
 
 LABELS = ("plain", "rechecked", "corrected")
 
-# "check 1278-404" / "验算 1278-404": the value a check starts from
-_CHECK = re.compile(r"(?:\bcheck\b|验算)\s*[:：]?\s*(\d+)", re.IGNORECASE)
-# a check's verdict: ", ok" / "，对" (passed), "not 874" / "不是874" (failed)
-_VERDICT = re.compile(r"(?P<ok>\bok\b|对)|(?P<failed>\bnot\b\s*\d+|不是\s*\d+)", re.IGNORECASE)
-_RECOMPUTE = re.compile(r"\brecompute\b|重算", re.IGNORECASE)
+# a check: "check 4+8=12" / "验算4+8=12"
+_CHECK = re.compile(r"(?:\bcheck\b|验算)\s*\d+\s*[-+]\s*\d+", re.IGNORECASE)
+# a failed check: ", not 13" / "，不是13"
+_FAILED = re.compile(r"\bnot\b\s*\d+|不是\s*\d+", re.IGNORECASE)
+# acting on it: "; wait, 8+4=12" / "；等等，8+4=12"
+_REDO = re.compile(r"(?:\bwait\b|等等)\W{0,3}\d+\s*[-+]\s*\d+", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
 class Checks:
-    """What the re-checks of one chain of thought say."""
+    """What the checks of one chain of thought say."""
 
     label: str  # one of LABELS
-    checked: tuple[int, ...]  # the value each check started from, in order
-    passed: tuple[bool, ...]  # each check's verdict, in order (a check with no verdict: failed)
-
-    @property
-    def first_checked(self) -> int | None:
-        return self.checked[0] if self.checked else None
+    checks: int  # how many checks
+    failed: int  # how many said "not"
+    redone: int  # how many steps were done again after a failed check
 
 
 def read_checks(think: str | None) -> Checks:
-    """The re-checks of a chain of thought (its text inside ``<think>``; None: no chain of thought)."""
+    """The checks of a chain of thought (its text inside ``<think>``; None: no chain of thought)."""
     text = think or ""
-    starts = list(_CHECK.finditer(text))
-    checked, passed = [], []
-    for i, m in enumerate(starts):
-        end = starts[i + 1].start() if i + 1 < len(starts) else len(text)
-        verdict = _VERDICT.search(text, m.end(), end)
-        checked.append(int(m.group(1)))
-        passed.append(bool(verdict and verdict.group("ok")))
-    if not checked:
-        kind = "plain"
-    elif any(not ok for ok in passed) and _RECOMPUTE.search(text, starts[0].end()):
-        kind = "corrected"
-    else:
-        kind = "rechecked"
-    return Checks(kind, tuple(checked), tuple(passed))
+    checks = len(_CHECK.findall(text))
+    failed = len(_FAILED.findall(text)) if checks else 0
+    redone = len(_REDO.findall(text)) if failed else 0
+    kind = "plain" if not checks else "corrected" if redone else "rechecked"
+    return Checks(kind, checks, failed, redone)
 
 
 def label(think: str | None) -> str:

@@ -129,12 +129,12 @@ class CorpusConfig:
     # operands does not depend on where the transcript starts, as under the template's preamble)
     context_share: float = 0.5
     trace_langs: dict[str, float] = field(default_factory=lambda: {"en": 0.7, "zh": 0.15, "mix": 0.15})
-    # worked solutions that re-check their result by the inverse operations (``recheck``: of the worked
-    # transcripts; ``template_recheck``: of the template_reason documents, what the base imitates under the
-    # R1-Zero template), and those whose computation slips (one digit step one off; all worked solutions):
-    # unchecked, a slip ends in a wrong answer; a check catches it and the solution computes again
-    # (data/taskworld.py solution; eval/recheck.py labels them). Re-checking is the rare, useful behaviour
-    # RL can find from correctness alone (finding F0)
+    # worked solutions that check each step (``recheck``: worked transcripts asked to, "… Check each
+    # step."; ``template_recheck``: template_reason documents, unprompted: what the base imitates under the
+    # R1-Zero template), and those with a slip (one digit fact one off; every worked solution): unchecked, a
+    # slip ends in a wrong answer; checked, it is caught and the step done again (data/taskworld.py
+    # solution; eval/recheck.py labels them). Checking is the rare, useful behaviour RL can find from
+    # correctness alone (finding F0)
     recheck: float = 0.0
     template_recheck: float = 0.0
     slip: float = 0.0
