@@ -291,14 +291,16 @@ def _operations(p: Problem, slip: tuple[int, int] | None = None) -> list[tuple] 
 
 
 def _check_of(kind: str, expr: str) -> tuple[str, int, int]:
-    """A digit step's check: its fact recomputed another way, (the check's text, its value, the value it
-    must match). Addition: the terms in reverse order ("8+4=12" → "4+8=12"); subtraction: the difference
-    plus the subtrahend ("16-7=9" → "9+7=16"). ``expr`` is the step's main fact (after any borrow)."""
+    """A digit step's check: its fact undone by the inverse operation, (the check's text, its value, the
+    value it must match). Addition: the sum less the other terms ("8+4=12" → "12-4=8", "8+4+1=13" →
+    "13-1-4=8"); subtraction: the difference plus the subtrahend ("16-7=9" → "9+7=16"). A check never
+    looks like a step of its own operation. ``expr`` is the step's main fact (after any borrow)."""
     head, _, value = expr.rpartition("=")
     if kind == "add":
         terms = head.split("+")
-        total = sum(map(int, terms))
-        return "+".join(reversed(terms)) + f"={total}", total, int(value)
+        rest = list(reversed(terms[1:]))
+        undone = int(value) - sum(map(int, rest))
+        return f"{value}-" + "-".join(rest) + f"={undone}", undone, int(terms[0])
     top, bottom = head.split("-")
     return f"{value}+{bottom}={int(value) + int(bottom)}", int(value) + int(bottom), int(top)
 
