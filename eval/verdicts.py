@@ -10,6 +10,7 @@ whether it holds for the others. Arms are always paired on the same problems (or
 
 | finding | the paired difference judged | paper's direction |
 |---|---|---|
+| F0 the "aha" moment: RL makes the model check its steps | stage 1 after − before: share of chains of thought with checks; after: checked − plain accuracy | both up |
 | F1 R1-Zero: accuracy and length rise together | stage 1 after − before: pass@1, and mean length | both up |
 | F2 the language reward ends language mixing | stage 3 with − without the language reward: mixing rate (accuracy cost shown) | down |
 | F3 the cold start speeds up RL | stage 3 − stage 1, both after the same number of RL steps (SFT alone and RL after it shown) | up |
@@ -33,7 +34,7 @@ from eval.stats import (
     verdict,
 )
 
-__all__ = ["Finding", "cold_start", "distillation", "final_rl", "language_reward", "r1_zero"]
+__all__ = ["Finding", "aha", "cold_start", "distillation", "final_rl", "language_reward", "r1_zero"]
 
 Records = Sequence[Mapping]
 ACC_MARGIN = 0.02  # pass@1 and rates: two points
@@ -84,6 +85,64 @@ def _seed_line(name: str, diffs: dict[int, Estimate], verdicts: dict[int, str], 
 
 def _not_measured(key: str, claim: str, rule: str, why: str) -> Finding:
     return Finding(key, claim, "not measured", rule, [why])
+
+
+def _checked(r: Mapping) -> float | None:
+    """1.0 for a chain of thought with checks (eval/recheck.py), 0.0 for one without, None for no chain."""
+    label = r.get("recheck")
+    return None if label is None else float(label != "plain")
+
+
+def _share(records: Records, value) -> dict[str, float]:
+    """Per problem, the mean of ``value(record)`` over its records where it is not None."""
+    by_id: dict[str, list[float]] = {}
+    for r in records:
+        v = value(r)
+        if v is not None:
+            by_id.setdefault(str(r["id"]), []).append(v)
+    return {k: sum(v) / len(v) for k, v in by_id.items()}
+
+
+def aha(runs: Mapping[int, tuple[Records, Records]]) -> Finding:
+    """F0. ``runs``: seed → (stage 1's held-out samples before training, after training), each labelled
+    by eval/recheck.py (``recheck``: plain, rechecked, corrected)."""
+    claim = ("R1-Zero's \"aha\" moment: pure RL, rewarded for correct answers only, makes the model check its own "
+             "steps (rare in the base) and catch its slips, and checked answers are more often right")
+    rule = (_rule("share of chains of thought with checks, after − before stage 1", +1, ACC_MARGIN) + "; and "
+            "likewise for the accuracy of checked − plain chains of thought after stage 1, paired on the problems "
+            "that have both; the finding is reproduced if both are, not reproduced if either is not")
+    runs = {s: r for s, r in runs.items() if any(x.get("recheck") is not None for x in r[1])}
+    if not runs:
+        return _not_measured("F0", claim, rule, "stage 1's held-out samples carry no check labels")
+    share_d, gap_d, share_v, gap_v, finding_v = {}, {}, {}, {}, {}
+    lines: list[str] = []
+    for seed, (before, after) in sorted(runs.items()):
+        sb, sa = _share(before, _checked), _share(after, _checked)
+        share_d[seed] = paired_difference(sb, sa, seed)
+        checked = _share(after, lambda r: float(r["correct"]) if r.get("recheck") not in (None, "plain") else None)
+        plain = _share(after, lambda r: float(r["correct"]) if r.get("recheck") == "plain" else None)
+        gap_d[seed] = paired_difference(plain, checked, seed)
+        share_v[seed] = verdict(share_d[seed], +1, ACC_MARGIN)
+        gap_v[seed] = verdict(gap_d[seed], +1, ACC_MARGIN)
+        finding_v[seed] = combine([share_v[seed], gap_v[seed]])
+        if not lines:
+            corrected = [r for r in after if r.get("recheck") == "corrected" and r.get("correct")]
+            lines = [_diff_line("chains of thought with checks (share of samples that reason)",
+                                estimate(list(sb.values())), estimate(list(sa.values())), share_d[seed],
+                                percent=True) + f" ({share_v[seed]})",
+                     f"after stage 1, accuracy of checked − plain chains of thought on the same problems: "
+                     f"{gap_d[seed].fmt()} over {gap_d[seed].n} problems with both ({gap_v[seed]})",
+                     f"after stage 1, {sum(r.get('recheck') == 'corrected' for r in after)} of {len(after)} samples "
+                     f"caught a slip of their own and did the step again ({len(corrected)} of them ended right)"]
+            if corrected:
+                lines.append(f"a sampled chain of thought that catches its own slip (problem `{corrected[0]['problem']}`,"
+                             f" gold {corrected[0]['answer']}): `{corrected[0]['completion'].strip()[:600]}`")
+    head = min(runs)
+    return Finding("F0", claim, finding_v[head], rule, lines,
+                   [_seed_line("Δ share with checks", share_d, share_v),
+                    _seed_line("checked − plain accuracy", gap_d, gap_v)] if len(runs) > 1 else [],
+                   {"share": {s: d.to_dict() for s, d in share_d.items()},
+                    "accuracy_gap": {s: d.to_dict() for s, d in gap_d.items()}, "verdicts": finding_v})
 
 
 def r1_zero(runs: Mapping[int, tuple[Records, Records]]) -> Finding:

@@ -180,7 +180,7 @@ def findings(run_dir: Path) -> list[verdicts.Finding]:
         b1, b2 = student.get("budget") or d.data["metrics"].get("budget"), c.data["metrics"].get("budget")
         if b1 and b2:
             budget = f"distillation {_budget(b1)}; RL {_budget(b2)}"
-    return [verdicts.r1_zero(f1), verdicts.language_reward(f2), verdicts.cold_start(f3),
+    return [verdicts.aha(f1), verdicts.r1_zero(f1), verdicts.language_reward(f2), verdicts.cold_start(f3),
             verdicts.final_rl(sft_records, final_records), verdicts.distillation(base_s, distilled_s, rl_s, budget)]
 
 

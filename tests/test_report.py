@@ -255,7 +255,7 @@ def test_readme_status_is_made_from_the_report_and_checked_against_it(tmp_path):
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
     assert summary["stages"]["stage1"]["pass@1"]["mean"] == pytest.approx(0.75)
     assert summary["stages"]["stage3"] == {"status": "missing"}
-    assert [f["verdict"] for f in summary["findings"]][0] == "reproduced"
+    assert {f["key"]: f["verdict"] for f in summary["findings"]}["F1"] == "reproduced"
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\n{readme_status.BEGIN}\nold numbers\n{readme_status.END}\n\nrest\n")
     assert readme_status.main([str(run_dir), "--readme", str(readme), "--check"]) == 1  # stale
@@ -280,3 +280,35 @@ def test_clustered_resampling_is_wider_when_a_cluster_moves_together():
     plain, clustered = paired_difference(before, after), paired_difference(before, after, clusters=acts)
     assert plain.mean == clustered.mean
     assert (clustered.hi - clustered.lo) > 2 * (plain.hi - plain.lo)
+
+
+def checks(rates_checked: list[float], acc_checked: float, acc_plain: float, seed: int | None = None) -> list[dict]:
+    """k samples per problem; a share of them with checks (labelled as eval/recheck.py would), each kind
+    right at its own rate: exactly (rounded over the problem's samples of that kind), or at random with a
+    ``seed``."""
+    rng = random.Random(seed)
+    out = []
+    for i, share in enumerate(rates_checked):
+        n_checked = round(share * K)
+        for s in range(K):
+            kind = "rechecked" if s < n_checked else "plain"
+            acc, rank, n = (acc_checked, s, n_checked) if kind != "plain" else (acc_plain, s - n_checked, K - n_checked)
+            right = rng.random() < acc if seed is not None else rank < round(acc * n)
+            out.append({"id": f"p{i}", "sample": s, "correct": right, "recheck": kind, "num_tokens": 20,
+                        "completion": " <think> 8+4=12 (check 12-4=8 ok) write 2 </think>", "problem": "q",
+                        "answer": "12"})
+    return out
+
+
+def test_f0_aha_needs_more_checks_and_better_checked_answers():
+    before = checks([0.0] * N, 0.5, 0.5)
+    assert verdicts.aha({0: (before, checks([0.5] * N, 0.95, 0.4))}).verdict == "reproduced"
+    assert verdicts.aha({0: (before, checks([0.0] * N, 0.95, 0.4))}).verdict == "not reproduced"  # no more checks
+    assert verdicts.aha({0: (before, checks([0.5] * N, 0.4, 0.4))}).verdict == "not reproduced"  # checks do not help
+    # on half the problems checked answers are all right and plain ones all wrong, on the other half the
+    # reverse (one problem more of the first kind): a small mean gap with a wide interval
+    mixed = [dict(r, correct=(r["recheck"] == "plain") != (int(r["id"][1:]) % 2 == 0 or r["id"] == "p1"))
+             for r in checks([0.5] * 40, 1.0, 1.0)]
+    noisy = verdicts.aha({0: (checks([0.0] * 40, 0.5, 0.5), mixed)})
+    assert noisy.verdict == "inconclusive" and noisy.data["accuracy_gap"][0]["lo"] < 0 < noisy.data["accuracy_gap"][0]["hi"]
+    assert verdicts.aha({0: ([{"id": "p", "correct": True}], [{"id": "p", "correct": True}])}).verdict == "not measured"
