@@ -16,6 +16,7 @@ whether it holds for the others. Arms are always paired on the same problems (or
 | F3 the cold start speeds up RL | stage 3 − stage 1, both after the same number of RL steps (SFT alone and RL after it shown) | up |
 | F4 final RL: more helpful and more harmless | stage 4 final − SFT model: exactly-helpful rate (rules), harmful-answer rate (rules) | up, down |
 | F5 distillation beats RL on a small student | distilled − RL-trained student, same base, budget and template (each arm's gain shown) | up |
+| F7 clip-higher keeps entropy from collapsing | stage 1 with ε_high 0.28 − with 0.2: policy entropy, step by step, second half of training | up |
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from eval.stats import (
     verdict,
 )
 
-__all__ = ["Finding", "aha", "cold_start", "distillation", "final_rl", "language_reward", "r1_zero"]
+__all__ = ["Finding", "aha", "clip_higher", "cold_start", "distillation", "final_rl", "language_reward", "r1_zero"]
 
 Records = Sequence[Mapping]
 ACC_MARGIN = 0.02  # pass@1 and rates: two points
@@ -288,6 +289,57 @@ def final_rl(sft: Records, final: Records) -> Finding:
     return Finding("F4", claim, combine([v_help, v_harm]), rule, lines, [],
                    {"helpful": d_help.to_dict(), "harmful": d_harm.to_dict(), "reward_model": d_rm.to_dict(),
                     "goodhart": goodhart})
+
+
+ENTROPY_MARGIN = 0.01  # nats per token
+
+
+def clip_higher(runs: Mapping[int, tuple[Records, Records]]) -> Finding:
+    """F7. ``runs``: seed → (stage 1's ``metrics.jsonl`` rows with symmetric clipping, ε_high = ε; rows with
+    clip-higher, ε_high > ε), the same seed, steps and prompts. Judged on the policy entropy of the second
+    half of training, step by step."""
+    claim = ("DAPO's clip-higher keeps the policy's entropy from collapsing: with several optimizer steps per "
+             "generation, a higher upper clip (ε_high 0.28) keeps entropy above symmetric clipping (0.2)")
+    rule = (_rule("entropy (nats per token) with clip-higher − symmetric, paired by step over the second half of "
+                  "training", +1, ENTROPY_MARGIN).replace(METHOD, "percentile bootstrap over steps; steps are "
+                                                          "autocorrelated, so the interval is optimistic")
+            + "; not measured if clipping never acted")
+    paired = {}
+    for seed, (symmetric, higher) in sorted(runs.items()):
+        e_s = {r["step"]: r["entropy"] for r in symmetric if r.get("entropy") is not None}
+        e_h = {r["step"]: r["entropy"] for r in higher if r.get("entropy") is not None}
+        steps = sorted(set(e_s) & set(e_h))
+        if steps:
+            paired[seed] = (steps, e_s, e_h, symmetric, higher)
+    if not paired:
+        return _not_measured("F7", claim, rule, "stage 1 with symmetric clipping has not run (make findings)")
+    clipped = [r.get("clip_ratio") or 0 for _, (_, _, _, a, b) in paired.items() for r in a + b]
+    if not any(clipped):
+        return _not_measured("F7", claim, rule, "clipping never acted (one optimizer step per generation "
+                                                "batch: the importance ratio is 1; set trl.num_iterations > 1)")
+    diffs, verdicts_ = {}, {}
+    lines: list[str] = []
+    for seed, (steps, e_s, e_h, symmetric, higher) in paired.items():
+        late = steps[len(steps) // 2:]
+        diffs[seed] = estimate([e_h[k] - e_s[k] for k in late], seed)
+        verdicts_[seed] = verdict(diffs[seed], +1, ENTROPY_MARGIN)
+        if not lines:
+            def mean(rows, key):
+                values = [r[key] for r in rows if r.get(key) is not None]
+                return sum(values) / len(values) if values else float("nan")
+
+            lines = [f"entropy over steps {late[0]}–{late[-1]}: symmetric {estimate([e_s[k] for k in late]).fmt()}, "
+                     f"clip-higher {estimate([e_h[k] for k in late]).fmt()}; paired difference "
+                     f"{diffs[seed].fmt()} ({verdicts_[seed]})",
+                     f"clipping acted: tokens clipped above (ratio > 1 + ε_high, positive advantage) "
+                     f"{mean(symmetric, 'clip_ratio_high'):.2%} of tokens with symmetric clipping, "
+                     f"{mean(higher, 'clip_ratio_high'):.2%} with clip-higher; below "
+                     f"{mean(symmetric, 'clip_ratio_low'):.2%}, {mean(higher, 'clip_ratio_low'):.2%}",
+                     f"held-out accuracy is in F1's runs; seed {seed}"]
+    head = min(paired)
+    return Finding("F7", claim, verdicts_[head], rule, lines,
+                   [_seed_line("Δ entropy (late steps)", diffs, verdicts_)] if len(paired) > 1 else [],
+                   {"entropy": {s: d.to_dict() for s, d in diffs.items()}, "verdicts": verdicts_})
 
 
 def distillation(base: Records, distilled: Records, rl: Records, budget: str = "") -> Finding:

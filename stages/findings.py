@@ -9,7 +9,10 @@ hold for another, so for each seed of ``findings.seeds`` this runs, from the pip
 - ``stage1``: R1-Zero again from the base (findings F1 and F3), with ``stage1.seed`` = the seed;
 - ``stage3``: reasoning RL from the pipeline's stage-2 model, ``stage3.seed`` = the seed (F2, F3);
 - ``stage3_nolang``: the same, without the language-consistency reward (F2: the reward's effect is the
-  difference between the two on the same prompts, steps and seed).
+  difference between the two on the same prompts, steps and seed);
+- ``stage1_clip``: stage 1 with symmetric clipping (``trl.epsilon_high`` = ``trl.epsilon``), for F7: the
+  pipeline's stage 1 is the clip-higher arm (DAPO's claim needs several optimizer steps per generation,
+  ``stage1.trl.num_iterations`` > 1, or clipping never acts; the report says so).
 
 Seed 0's ``stage1`` and ``stage3`` are the pipeline's own, so they are not run again. Only the
 training seed changes: every run evaluates the same held-out problems with the same sampling seed
@@ -30,7 +33,7 @@ from stages.runner import run_stage
 
 log = logging.getLogger("r1")
 
-VARIANTS = ("stage1", "stage3", "stage3_nolang")
+VARIANTS = ("stage1", "stage3", "stage3_nolang", "stage1_clip")
 
 
 def variant_dir(run_dir: Path, seed: int, variant: str) -> Path:
@@ -42,11 +45,13 @@ def variant_dir(run_dir: Path, seed: int, variant: str) -> Path:
 
 
 def variant_recipe(recipe, seed: int, variant: str):
-    """The recipe of one run: the training seed of its RL section, and no language reward for
-    ``stage3_nolang``."""
+    """The recipe of one run: the training seed of its RL section, no language reward for
+    ``stage3_nolang``, symmetric clipping for ``stage1_clip``."""
     r = copy.deepcopy(recipe)
-    section = r.stage1 if variant == "stage1" else r.stage3
+    section = r.stage1 if variant.startswith("stage1") else r.stage3
     section.seed = seed
+    if variant == "stage1_clip":
+        section.trl = {**section.trl, "epsilon_high": section.setting("epsilon")}
     if variant == "stage3_nolang":
         section.rewards = {k: v for k, v in section.rewards.items() if k != "language"}
         if not section.rewards:
@@ -64,10 +69,10 @@ def run_findings(recipe, restart: bool = False) -> list[Path]:
     for seed in recipe.findings.seeds:
         for variant in VARIANTS:
             out = variant_dir(recipe.stage_dir(variant).parent, seed, variant)
-            if seed == 0 and variant != "stage3_nolang":
+            if seed == 0 and variant in ("stage1", "stage3"):
                 done.append(out)  # the pipeline's; `make pipeline` runs it
                 continue
-            stage = "stage1" if variant == "stage1" else "stage3"
+            stage = "stage1" if variant.startswith("stage1") else "stage3"
             parent = "base" if stage == "stage1" else "stage2"
             body = stage1_zero.run if stage == "stage1" else stage3_reasoning_rl.run_without_comparison
             log.info("findings: seed %d, %s → %s", seed, variant, out)

@@ -153,11 +153,13 @@ def _by_step(folder: Path) -> dict[int, list[dict]]:
 def findings(run_dir: Path) -> list[verdicts.Finding]:
     run_dir = Path(run_dir)
     seeds = _seeds(run_dir)
-    f1, f2, f3 = {}, {}, {}
+    f1, f2, f3, f7 = {}, {}, {}, {}
     for seed in seeds:
-        s1, s3, s3n = (variant_dir(run_dir, seed, v) for v in VARIANTS)
+        s1, s3, s3n, s1c = (variant_dir(run_dir, seed, v) for v in VARIANTS)
         if _complete(s1):
             f1[seed] = (_samples(s1 / "eval_before"), _samples(s1 / "eval_after"))
+        if _complete(s1) and _complete(s1c):
+            f7[seed] = (read_jsonl_tolerant(s1c / "metrics.jsonl"), read_jsonl_tolerant(s1 / "metrics.jsonl"))
         if _complete(s3) and _complete(s3n):
             f2[seed] = (_samples(s3n / "eval_after"), _samples(s3 / "eval_after"))
         f3[seed] = (_by_step(s1), _by_step(s3))
@@ -181,7 +183,8 @@ def findings(run_dir: Path) -> list[verdicts.Finding]:
         if b1 and b2:
             budget = f"distillation {_budget(b1)}; RL {_budget(b2)}"
     return [verdicts.aha(f1), verdicts.r1_zero(f1), verdicts.language_reward(f2), verdicts.cold_start(f3),
-            verdicts.final_rl(sft_records, final_records), verdicts.distillation(base_s, distilled_s, rl_s, budget)]
+            verdicts.final_rl(sft_records, final_records), verdicts.distillation(base_s, distilled_s, rl_s, budget),
+            verdicts.clip_higher(f7)]
 
 
 def _budget(b: dict) -> str:

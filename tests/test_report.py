@@ -312,3 +312,21 @@ def test_f0_aha_needs_more_checks_and_better_checked_answers():
     noisy = verdicts.aha({0: (checks([0.0] * 40, 0.5, 0.5), mixed)})
     assert noisy.verdict == "inconclusive" and noisy.data["accuracy_gap"][0]["lo"] < 0 < noisy.data["accuracy_gap"][0]["hi"]
     assert verdicts.aha({0: ([{"id": "p", "correct": True}], [{"id": "p", "correct": True}])}).verdict == "not measured"
+
+
+def entropy_rows(values: list[float], clip: float = 0.01) -> list[dict]:
+    return [{"step": i + 1, "entropy": v, "clip_ratio": clip, "clip_ratio_high": clip / 2, "clip_ratio_low": clip / 2}
+            for i, v in enumerate(values)]
+
+
+def test_f7_clip_higher_keeps_entropy():
+    falling = [0.5 - 0.005 * i for i in range(80)]  # symmetric clipping: entropy collapses
+    kept = [0.5 - 0.001 * i for i in range(80)]
+    assert verdicts.clip_higher({0: (entropy_rows(falling), entropy_rows(kept))}).verdict == "reproduced"
+    assert verdicts.clip_higher({0: (entropy_rows(kept), entropy_rows(kept))}).verdict == "not reproduced"
+    assert verdicts.clip_higher({0: (entropy_rows(kept), entropy_rows(falling))}).verdict == "not reproduced"
+    wobbly = [k + 0.01 + (0.2 if i % 2 else -0.2) for i, k in enumerate(kept)]  # a small gain, steps far apart
+    assert verdicts.clip_higher({0: (entropy_rows(kept), entropy_rows(wobbly))}).verdict == "inconclusive"
+    never = verdicts.clip_higher({0: (entropy_rows(falling, clip=0.0), entropy_rows(kept, clip=0.0))})
+    assert never.verdict == "not measured" and "never acted" in never.lines[0]
+    assert verdicts.clip_higher({}).verdict == "not measured"
