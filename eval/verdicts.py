@@ -115,6 +115,10 @@ def aha(runs: Mapping[int, tuple[Records, Records]]) -> Finding:
     runs = {s: r for s, r in runs.items() if any(x.get("recheck") is not None for x in r[1])}
     if not runs:
         return _not_measured("F0", claim, rule, "stage 1's held-out samples carry no check labels")
+    if not any(x.get("recheck") not in (None, "plain") for s in runs.values() for x in s[0] + s[1]):
+        return _not_measured("F0", claim, rule, "no chain of thought checks its steps, before or after stage 1: "
+                             "the base never learnt to (the tiny recipe's corpus teaches checks only with "
+                             "base.corpus.recheck > 0; docs/experiments.md has the runs that did)")
     share_d, gap_d, share_v, gap_v, finding_v = {}, {}, {}, {}, {}
     lines: list[str] = []
     for seed, (before, after) in sorted(runs.items()):

@@ -303,7 +303,8 @@ def checks(rates_checked: list[float], acc_checked: float, acc_plain: float, see
 def test_f0_aha_needs_more_checks_and_better_checked_answers():
     before = checks([0.0] * N, 0.5, 0.5)
     assert verdicts.aha({0: (before, checks([0.5] * N, 0.95, 0.4))}).verdict == "reproduced"
-    assert verdicts.aha({0: (before, checks([0.0] * N, 0.95, 0.4))}).verdict == "not reproduced"  # no more checks
+    some = checks([0.25] * N, 0.95, 0.4)  # a quarter checked in the base …
+    assert verdicts.aha({0: (some, checks([0.25] * N, 0.95, 0.4))}).verdict == "not reproduced"  # … no more after
     assert verdicts.aha({0: (before, checks([0.5] * N, 0.4, 0.4))}).verdict == "not reproduced"  # checks do not help
     # on half the problems checked answers are all right and plain ones all wrong, on the other half the
     # reverse (one problem more of the first kind): a small mean gap with a wide interval
@@ -312,6 +313,8 @@ def test_f0_aha_needs_more_checks_and_better_checked_answers():
     noisy = verdicts.aha({0: (checks([0.0] * 40, 0.5, 0.5), mixed)})
     assert noisy.verdict == "inconclusive" and noisy.data["accuracy_gap"][0]["lo"] < 0 < noisy.data["accuracy_gap"][0]["hi"]
     assert verdicts.aha({0: ([{"id": "p", "correct": True}], [{"id": "p", "correct": True}])}).verdict == "not measured"
+    never = verdicts.aha({0: (before, checks([0.0] * N, 0.9, 0.4))})  # a base that never learnt to check
+    assert never.verdict == "not measured" and "never learnt" in never.lines[0]
 
 
 def entropy_rows(values: list[float], clip: float = 0.01) -> list[dict]:
