@@ -10,9 +10,13 @@ hold for another, so for each seed of ``findings.seeds`` this runs, from the pip
 - ``stage3``: reasoning RL from the pipeline's stage-2 model, ``stage3.seed`` = the seed (F2, F3);
 - ``stage3_nolang``: the same, without the language-consistency reward (F2: the reward's effect is the
   difference between the two on the same prompts, steps and seed);
-- ``stage1_clip``: stage 1 with symmetric clipping (``trl.epsilon_high`` = ``trl.epsilon``), for F7: the
-  pipeline's stage 1 is the clip-higher arm (DAPO's claim needs several optimizer steps per generation,
-  ``stage1.trl.num_iterations`` > 1, or clipping never acts; the report says so).
+
+and for each seed of ``findings.clip_seeds``, the two arms of F7 (DAPO's clip-higher), stage 1 with
+``findings.clip_iterations`` optimizer steps per generation (``trl.num_iterations``: with one, the
+importance ratio is 1 and clipping never acts):
+
+- ``stage1_clip``: with the recipe's clip-higher (``trl.epsilon_high``);
+- ``stage1_clip_sym``: with symmetric clipping (``trl.epsilon_high`` = ``trl.epsilon``).
 
 Seed 0's ``stage1`` and ``stage3`` are the pipeline's own, so they are not run again. Only the
 training seed changes: every run evaluates the same held-out problems with the same sampling seed
@@ -33,7 +37,8 @@ from stages.runner import run_stage
 
 log = logging.getLogger("r1")
 
-VARIANTS = ("stage1", "stage3", "stage3_nolang", "stage1_clip")
+VARIANTS = ("stage1", "stage3", "stage3_nolang")
+CLIP_VARIANTS = ("stage1_clip", "stage1_clip_sym")
 
 
 def variant_dir(run_dir: Path, seed: int, variant: str) -> Path:
@@ -46,12 +51,16 @@ def variant_dir(run_dir: Path, seed: int, variant: str) -> Path:
 
 def variant_recipe(recipe, seed: int, variant: str):
     """The recipe of one run: the training seed of its RL section, no language reward for
-    ``stage3_nolang``, symmetric clipping for ``stage1_clip``."""
+    ``stage3_nolang``, several optimizer steps per generation for the F7 arms and symmetric clipping for
+    ``stage1_clip_sym``."""
     r = copy.deepcopy(recipe)
     section = r.stage1 if variant.startswith("stage1") else r.stage3
     section.seed = seed
-    if variant == "stage1_clip":
-        section.trl = {**section.trl, "epsilon_high": section.setting("epsilon")}
+    if variant in CLIP_VARIANTS:  # F7 reads the training curves alone: no held-out evaluations by step
+        section.trl = {**section.trl, "num_iterations": r.findings.clip_iterations}
+        section.eval_steps = []
+        if variant == "stage1_clip_sym":
+            section.trl["epsilon_high"] = section.setting("epsilon")
     if variant == "stage3_nolang":
         section.rewards = {k: v for k, v in section.rewards.items() if k != "language"}
         if not section.rewards:
@@ -66,18 +75,19 @@ def run_findings(recipe, restart: bool = False) -> list[Path]:
     if 0 not in recipe.findings.seeds:
         raise ValueError(f"findings.seeds must include 0 (the pipeline's own run), got {recipe.findings.seeds}")
     done = []
-    for seed in recipe.findings.seeds:
-        for variant in VARIANTS:
-            out = variant_dir(recipe.stage_dir(variant).parent, seed, variant)
-            if seed == 0 and variant in ("stage1", "stage3"):
-                done.append(out)  # the pipeline's; `make pipeline` runs it
-                continue
-            stage = "stage1" if variant.startswith("stage1") else "stage3"
-            parent = "base" if stage == "stage1" else "stage2"
-            body = stage1_zero.run if stage == "stage1" else stage3_reasoning_rl.run_without_comparison
-            log.info("findings: seed %d, %s → %s", seed, variant, out)
-            run_stage(variant_recipe(recipe, seed, variant), stage, body, restart=restart,
-                      stage_dir=out, parent_dir=recipe.stage_dir(parent),
-                      reuse={"eval_before": recipe.stage_dir(stage) / "eval_before"})
-            done.append(out)
+    runs = [(seed, v) for seed in recipe.findings.seeds for v in VARIANTS]
+    runs += [(seed, v) for seed in recipe.findings.clip_seeds for v in CLIP_VARIANTS]
+    for seed, variant in runs:
+        out = variant_dir(recipe.stage_dir(variant).parent, seed, variant)
+        if seed == 0 and variant in ("stage1", "stage3"):
+            done.append(out)  # the pipeline's; `make pipeline` runs it
+            continue
+        stage = "stage1" if variant.startswith("stage1") else "stage3"
+        parent = "base" if stage == "stage1" else "stage2"
+        body = stage1_zero.run if stage == "stage1" else stage3_reasoning_rl.run_without_comparison
+        log.info("findings: seed %d, %s → %s", seed, variant, out)
+        run_stage(variant_recipe(recipe, seed, variant), stage, body, restart=restart,
+                  stage_dir=out, parent_dir=recipe.stage_dir(parent),
+                  reuse={"eval_before": recipe.stage_dir(stage) / "eval_before"})
+        done.append(out)
     return done

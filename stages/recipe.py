@@ -688,10 +688,17 @@ class FindingsConfig:
     0 is the pipeline's own run."""
 
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    # F7 (clip-higher and entropy): the seeds of its two stage-1 arms, and their optimizer steps per
+    # generation (trl.num_iterations: with 1, the importance ratio is 1 and clipping never acts)
+    clip_seeds: list[int] = field(default_factory=lambda: [0])
+    clip_iterations: int = 2
 
     def __post_init__(self):
         if 0 not in self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"findings.seeds must hold 0 (the pipeline's run) and no repeats, got {self.seeds}")
+        if len(set(self.clip_seeds)) != len(self.clip_seeds) or self.clip_iterations < 2:
+            raise ValueError(f"findings: clip_seeds must hold no repeats and clip_iterations must be >= 2, got "
+                             f"{self.clip_seeds}, {self.clip_iterations}")
 
 
 @dataclass

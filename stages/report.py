@@ -25,7 +25,7 @@ from data.timing import KINDS
 from eval import verdicts
 from eval.plots import plot_step_curves, plot_training
 from eval.stats import METHOD, estimate, per_problem
-from stages.findings import VARIANTS, variant_dir
+from stages.findings import CLIP_VARIANTS, VARIANTS, variant_dir
 from stages.manifest import MANIFEST_NAME, Manifest, ManifestError
 from stages.rl import held_out_by_step
 
@@ -155,11 +155,12 @@ def findings(run_dir: Path) -> list[verdicts.Finding]:
     seeds = _seeds(run_dir)
     f1, f2, f3, f7 = {}, {}, {}, {}
     for seed in seeds:
-        s1, s3, s3n, s1c = (variant_dir(run_dir, seed, v) for v in VARIANTS)
+        s1, s3, s3n = (variant_dir(run_dir, seed, v) for v in VARIANTS)
         if _complete(s1):
             f1[seed] = (_samples(s1 / "eval_before"), _samples(s1 / "eval_after"))
-        if _complete(s1) and _complete(s1c):
-            f7[seed] = (read_jsonl_tolerant(s1c / "metrics.jsonl"), read_jsonl_tolerant(s1 / "metrics.jsonl"))
+        higher, symmetric = (variant_dir(run_dir, seed, v) for v in CLIP_VARIANTS)
+        if _complete(higher) and _complete(symmetric):
+            f7[seed] = (read_jsonl_tolerant(symmetric / "metrics.jsonl"), read_jsonl_tolerant(higher / "metrics.jsonl"))
         if _complete(s3) and _complete(s3n):
             f2[seed] = (_samples(s3n / "eval_after"), _samples(s3 / "eval_after"))
         f3[seed] = (_by_step(s1), _by_step(s3))

@@ -277,8 +277,10 @@ class MetricsCallback(TrainerCallback):
         self.t_last, self.last_step = time.time(), state.global_step
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not logs or "reward" not in logs:
-            return  # the end-of-training summary and evaluation logs have no reward
+        if not state.is_world_process_zero or not logs or "loss" not in logs or "train_runtime" in logs:
+            return  # the end-of-training summary and evaluation logs have no loss, or are the summary
+        # (with several optimizer steps per generation, TRL logs the generation's metrics, reward included,
+        # only on the steps that generated; the others still log their loss, entropy and clipping)
         now = time.time()
         steps = state.global_step - self.last_step
         g = logs.get

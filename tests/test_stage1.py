@@ -316,3 +316,16 @@ def run_until(cmd: list[str], ready, timeout: float = 180) -> None:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
+
+
+def test_several_optimizer_steps_per_generation_log_every_step_and_clipping(base_run, tmp_path):
+    """``trl.num_iterations: 2`` (GRPO's μ) trains twice on each generation: TRL logs the generation's
+    metrics only on the steps that generated, but every step's loss, entropy and clipping reach
+    metrics.jsonl, and on the second pass over a generation the importance ratio is measured."""
+    root = with_base(base_run, tmp_path, "mu")
+    r = recipe(root, "mu", ["stage1.trl.num_iterations=2", "stage1.trl.learning_rate=5e-2"])
+    m = run_stage(r, "stage1", stages.stage1_zero.run)
+    rows = read_jsonl_tolerant(r.stage_dir("stage1") / "metrics.jsonl")
+    assert m.status == "complete" and [row["step"] for row in rows] == [1, 2, 3, 4]
+    assert all(row["entropy"] is not None and row["clip_ratio"] is not None for row in rows)
+    assert [row["reward"] is not None for row in rows] == [True, False, True, False]  # generated on 1 and 3
