@@ -6,7 +6,8 @@ threads is often descheduled and the other waits for it at every barrier, so the
 the share of the machine the neighbour takes (measured on 2 cores with scripts/bench_neighbour.py:
 docs/speed.md). One thread fewer than the cores in use loses only that share. So, before a stage
 starts, :func:`choose_threads` measures for a moment how much of the machine other processes use
-(``/proc/stat``'s busy time, less this process's own) and leaves them those cores.
+(``/proc/stat``'s time in processes, less this process's own; the least of three short windows, so that
+a passing command is not taken for a neighbour) and leaves them those cores.
 
 The count is fixed for the whole stage, not adjusted as neighbours come and go: torch splits a reduction
 between its threads, so another count gives other (equally valid) floating-point sums, and a stage is
@@ -29,28 +30,37 @@ __all__ = ["busy_elsewhere", "choose_threads"]
 
 
 def _busy_and_own() -> tuple[float, float]:
-    """(seconds of CPU time the whole machine has been busy, seconds this process has used)."""
+    """(seconds of CPU time the whole machine has spent running processes, seconds this process has).
+
+    Processes' time only: user and nice, and steal (another guest had our core). Kernel time is left
+    out: right after an install the kernel writes the new files back for seconds, which is no neighbour
+    whose threads would contend with torch's."""
     with open("/proc/stat") as f:
         ticks = [int(x) for x in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
-    busy = sum(ticks) - ticks[3] - ticks[4]  # steal counts as busy: another guest had our core
+    busy = ticks[0] + ticks[1] + ticks[7]
     own = os.times()
-    return busy / os.sysconf("SC_CLK_TCK"), own.user + own.system
+    return busy / os.sysconf("SC_CLK_TCK"), own.user
 
 
-def busy_elsewhere(seconds: float = 0.3) -> float | None:
-    """How many cores other processes kept busy over the next ``seconds`` (None without /proc)."""
+def busy_elsewhere(seconds: float = 0.3, windows: int = 3) -> float | None:
+    """How many cores other processes kept busy over the next ``seconds`` (None without /proc): the least
+    of ``windows`` equal parts, so that a process that runs for a moment (a shell command, a compiler) is
+    not taken for a neighbour that stays."""
     try:
-        busy0, own0 = _busy_and_own()
-        t0 = time.monotonic()
-        time.sleep(seconds)
-        busy1, own1 = _busy_and_own()
+        least = None
+        for _ in range(windows):
+            busy0, own0 = _busy_and_own()
+            t0 = time.monotonic()
+            time.sleep(seconds / windows)
+            busy1, own1 = _busy_and_own()
+            share = max(0.0, ((busy1 - busy0) - (own1 - own0)) / (time.monotonic() - t0))
+            least = share if least is None else min(least, share)
     except (OSError, ValueError):
         return None
-    wall = time.monotonic() - t0
-    return max(0.0, ((busy1 - busy0) - (own1 - own0)) / wall)
+    return least
 
 
-def choose_threads(*, measure_seconds: float = 0.3) -> dict:
+def choose_threads(*, measure_seconds: float = 0.6) -> dict:
     """Set torch's intra-op threads for this stage; returns what was decided and why (for the manifest)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     fixed = os.environ.get("R1_THREADS", "").strip()

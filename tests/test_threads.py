@@ -72,3 +72,17 @@ def test_a_launchers_omp_num_threads_is_kept(monkeypatch):
     torch.set_num_threads(1)
     assert choose_threads()["chosen_by"] == "OMP_NUM_THREADS"
     assert torch.get_num_threads() == 1
+
+
+def test_a_process_that_runs_for_a_moment_is_not_taken_for_a_neighbour():
+    """A neighbour busy for a fifth of the measurement (a passing shell command) is not left a core:
+    the least of the windows counts."""
+    import subprocess
+    import sys
+
+    baseline = busy_elsewhere(0.6)  # whatever else the machine runs meanwhile
+    passing = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 0.25: pass"])
+    try:
+        assert busy_elsewhere(0.6) < baseline + 0.3  # one spinning core over 40% of the time would be +0.4
+    finally:
+        passing.wait()
