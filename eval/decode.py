@@ -8,17 +8,19 @@ sampling with less of it:
 - **prefill**: the model's own forward pass over the left-padded prompts (``attention_mask`` and
   ``position_ids`` as ``generate`` builds them), whose keys and values are copied once into a cache
   preallocated for ``prompt + max_new_tokens`` positions. When the rows share a long prefix (the R1-Zero
-  template's instructions are ~190 of a tiny prompt's ~200 tokens), the prefix is computed once and its
-  keys and values are shared by every row; each row's rest is computed after it with the same positions
-  (:func:`_shared_prefix`). The same arithmetic as the padded batch, on a fraction of the tokens;
-- **decode**: one token per active row per step, computed with the model's own modules (embedding,
-  RMSNorms, projections, rotary embedding, MLP, head), attention over the filled part of the cache
-  (``scaled_dot_product_attention``, the padding masked), the new key and value written in place;
+  template's instructions are most of a tiny prompt), the prefix is computed once and its keys and
+  values are shared by every row; each row's rest is computed after it with the same positions
+  (:func:`_shared_prefix`). The same arithmetic as the padded batch, on fewer tokens;
+- **decode**: one token per active row per step, computed with the model's own weights (embedding,
+  RMSNorms, rotary embedding, head; each layer's query, key and value projections fused into one matmul,
+  and the MLP's gate and up projections into another: :class:`_Fused`), attention written out as two
+  matmuls over the filled part of the cache (for one query per row SDPA's kernel costs more than the
+  arithmetic), the padding masked, the new key and value written in place;
 - **finished rows leave the batch**: rows that emitted a stop token (or ran out of tokens) are
   dropped from the computation, and the cache is compacted once a quarter of the rows has finished;
 - **sampling** as ``generate``'s warpers do it: temperature, then top-p (the smallest set of tokens
-  whose probability reaches ``top_p``, at least one kept), then a multinomial draw from a generator
-  seeded per call (temperature 0: greedy).
+  whose probability reaches ``top_p``, at least one kept), then a draw from a generator seeded per call
+  (temperature 0: greedy); :func:`_next_tokens` says how it is made cheap.
 
 Greedy outputs equal ``generate``'s (``tests/test_decode.py``); sampled outputs follow the same
 distribution but not the same random draws. Supported: the Qwen2/Llama family of architectures
@@ -124,7 +126,7 @@ def _next_tokens(logits: torch.Tensor, temperature: float, top_p: float, generat
     uniform = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device)
     if top_p >= 1.0:
         cumulative = probs.cumsum(dim=-1)
-        pick = torch.searchsorted(cumulative, uniform * cumulative[:, -1:])
+        pick = torch.searchsorted(cumulative, uniform * cumulative[:, -1:], right=True)
         return pick.squeeze(1).clamp(max=probs.shape[1] - 1)
     k = min(NUCLEUS_CANDIDATES, probs.shape[1])
     top, order = probs.topk(k, dim=-1)  # descending
