@@ -59,15 +59,15 @@ def corpus_documents(world: TaskWorld, corpus, n_docs: int, seed: int) -> list[d
     if abs(sum(shares.values()) - 1.0) > 1e-6:
         raise ValueError(f"corpus shares must sum to 1, got {shares}")
     rng = random.Random(seed)
-    # which worked solutions re-check themselves: drawn apart, so that a corpus without re-checks is the
-    # corpus it always was
+    # which worked solutions check their steps or slip, and where: drawn apart, so that the problems and
+    # documents are the same whatever the shares (and with none, the corpus it always was)
     checks = random.Random(f"recheck|{seed}")
 
     def worked_completion(p, lang: str, check: bool) -> str:
         """A worked solution's completion: ``<think> … </think> <answer> … </answer>``, checking its steps
         or not, and slipped in the corpus's share (a slip left unchecked ends in its wrong answer)."""
         slip = corpus.slip > 0 and checks.random() < corpus.slip
-        text, answer = solution(p, lang, rng, check=check, slip=slip)
+        text, answer = solution(p, lang, rng, check=check, slip=slip, slip_rng=checks)
         return r1_zero_completion(str(answer), text)
 
     def draw(share: float) -> bool:

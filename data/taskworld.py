@@ -305,13 +305,12 @@ def _check_of(kind: str, expr: str) -> tuple[str, int, int]:
     return f"{value}+{bottom}={int(value) + int(bottom)}", int(value) + int(bottom), int(top)
 
 
-def _render_steps(steps, lang_of_step, *, check: bool = False, slip_at: int | None = None,
-                  right: list[tuple] | None = None) -> str:
+def _render_steps(steps, lang_of_step, *, check: bool = False, right: list[tuple] | None = None) -> str:
     """Join digit steps into text; each step (and the separator after it) in its own language.
 
-    ``check``: every step's fact is followed by its check ("8+4=12 (check 4+8=12 ok) write 2"); at
-    ``slip_at`` the step's fact is wrong (``steps``), its check says so and the step is done again from
-    ``right`` ("8+4=13 (check 4+8=12, not 13; wait, 8+4=12) write 2")."""
+    ``check``: every step's fact is followed by its check ("8+4=12 (check 12-4=8 ok) write 2"); a step
+    whose fact is wrong in ``steps`` fails its check and is done again from ``right``, the right steps
+    ("8+4=13 (check 13-4=9, not 8; wait, 8+4=12) write 2")."""
     out = ""
     for i, (kind, expr, digit, flag) in enumerate(steps):
         w, en = WORDS[lang_of_step(i)], lang_of_step(i) == "en"
@@ -367,23 +366,25 @@ def trace(p: Problem, lang: str, rng: random.Random, *, check: bool = False, sli
     return solution(p, lang, rng, check=check, slip=slip)[0]
 
 
-def solution(p: Problem, lang: str, rng: random.Random, *, check: bool = False, slip: bool = False
-             ) -> tuple[str, int]:
+def solution(p: Problem, lang: str, rng: random.Random, *, check: bool = False, slip: bool = False,
+             slip_rng: random.Random | None = None) -> tuple[str, int]:
     """A worked solution of ``p`` in ``lang`` and the answer it ends with.
 
     ``slip``: one digit step's fact is written one off ("8+4=13 write 3"), as worked solutions in a real
     corpus sometimes are; unchecked, the solution goes on from it and ends with a wrong answer.
-    ``check``: every digit step's fact is checked right after it, recomputed another way ("8+4=12 (check
-    4+8=12 ok) write 2"); a slipped fact fails its check and the step is done again ("8+4=13 (check
-    4+8=12, not 13; wait, 8+4=12) write 2"), so a checked solution always ends right. A slip is placed
-    only where every value stays non-negative; a problem with no such place gets none."""
+    ``check``: every digit step's fact is checked right after it, undone by the inverse operation
+    ("8+4=12 (check 12-4=8 ok) write 2"); a slipped fact fails its check and the step is done again
+    ("8+4=13 (check 13-4=9, not 8; wait, 8+4=12) write 2"), so a checked solution always ends right. A
+    slip is placed only where every value stays non-negative (a problem with no such place gets none),
+    drawn from ``slip_rng`` (default ``rng``; the corpus passes its own, so that slips move no other
+    draw of the corpus)."""
     if lang not in TRACE_LANGS:
         raise ValueError(f"unknown trace language {lang!r}; known: {TRACE_LANGS}")
     right = _operations(p)
     ops, slip_at = right, None
     if slip:
         places = [(j, k) for j, (_, _, _, steps, _) in enumerate(right) for k in range(len(steps))]
-        rng.shuffle(places)
+        (slip_rng or rng).shuffle(places)
         for place in places:
             slipped = _operations(p, place)
             if slipped is not None:
@@ -402,7 +403,7 @@ def solution(p: Problem, lang: str, rng: random.Random, *, check: bool = False, 
         here = slip_at[1] if slip_at is not None and slip_at[0] == j else None
         if here is not None:
             shown, _ = _slipped(steps, here)
-        body = _render_steps(shown, lambda i, base=base: langs.at(base + i), check=check, slip_at=here, right=steps)
+        body = _render_steps(shown, lambda i, base=base: langs.at(base + i), check=check, right=steps)
         langs.k += len(steps)
         if len(ops) > 1:
             w, we = WORDS[langs.at(base)], WORDS[langs.at(langs.k)]

@@ -127,7 +127,9 @@ def _next_tokens(logits: torch.Tensor, temperature: float, top_p: float, generat
     if top_p >= 1.0:
         cumulative = probs.cumsum(dim=-1)
         pick = torch.searchsorted(cumulative, uniform * cumulative[:, -1:], right=True)
-        return pick.squeeze(1).clamp(max=probs.shape[1] - 1)
+        # u · total may round up to total: the last token with any probability, never one past it
+        last = probs.shape[1] - 1 - (probs > 0).flip(-1).int().argmax(dim=-1, keepdim=True)
+        return torch.minimum(pick, last).squeeze(1)
     k = min(NUCLEUS_CANDIDATES, probs.shape[1])
     top, order = probs.topk(k, dim=-1)  # descending
     cumulative = top.cumsum(dim=-1)
@@ -138,7 +140,7 @@ def _next_tokens(logits: torch.Tensor, temperature: float, top_p: float, generat
     kept = torch.where(cumulative - top < top_p, top, torch.zeros_like(top))
     kept_cumulative = kept.cumsum(dim=-1)
     pick = torch.searchsorted(kept_cumulative, uniform * kept_cumulative[:, -1:], right=True)
-    pick = pick.clamp(max=kept.shape[1] - 1)
+    pick = torch.minimum(pick, (kept > 0).sum(dim=-1, keepdim=True) - 1)  # never past the nucleus
     return order.gather(1, pick).squeeze(1)
 
 
@@ -250,8 +252,9 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, max_
             weights = scores.masked_fill(blocked, float("-inf")).softmax(dim=-1)
             a = (weights @ values[i][:, :, : slot + 1]).reshape(n, 1, heads * head_dim)
             hidden = hidden + F.linear(a, w.o, w.o_bias)
-            gate, up = F.linear(F.rms_norm(hidden, (hidden.shape[-1],), w.norm2, w.eps2), w.gate_up).chunk(2, dim=-1)
-            hidden = hidden + F.linear(w.act(gate) * up, w.down)
+            h = F.rms_norm(hidden, (hidden.shape[-1],), w.norm2, w.eps2)
+            gate, up = F.linear(h, w.gate_up, w.gate_up_bias).chunk(2, dim=-1)
+            hidden = hidden + F.linear(w.act(gate) * up, w.down, w.down_bias)
         logits = model.lm_head(inner.norm(hidden))[:, -1, :].float()  # (rows, vocab)
         token = _next_tokens(logits, temperature, top_p, generator)
         next_position = next_position + 1
@@ -262,7 +265,8 @@ class _Fused:
     """One decoder layer's weights as a decode step uses them: the query, key and value projections as
     one matrix, the MLP's gate and up projections as one (fewer, larger matmuls: a tiny model's step
     is dominated by the number of operators, not their size). The same arithmetic as the layer's own
-    modules."""
+    modules, biases included. Built once per :func:`decode` call, a copy of those weights: this loop is
+    for the CPU default's small models (GPUs sample with vLLM)."""
 
     def __init__(self, layer):
         attn, mlp = layer.self_attn, layer.mlp
@@ -273,7 +277,9 @@ class _Fused:
         self.split = attn.q_proj.weight.shape[0] + attn.k_proj.weight.shape[0]  # queries and keys | values
         self.o, self.o_bias = attn.o_proj.weight, attn.o_proj.bias
         self.gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
-        self.down, self.act = mlp.down_proj.weight, mlp.act_fn
+        gate_up_bias = [mlp.gate_proj.bias, mlp.up_proj.bias]
+        self.gate_up_bias = None if any(b is None for b in gate_up_bias) else torch.cat(gate_up_bias)
+        self.down, self.down_bias, self.act = mlp.down_proj.weight, mlp.down_proj.bias, mlp.act_fn
         self.norm1, self.eps1 = layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon
         self.norm2, self.eps2 = layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon
 

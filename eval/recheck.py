@@ -1,9 +1,9 @@
 """Checks in a chain of thought: did the model re-evaluate its steps, and did a failed check make it
 correct itself? (finding F0, the "aha" moment at toy scale)
 
-The tiny task world's worked solutions can check each digit step's fact right after it, recomputed
-another way ("8+4=12 (check 4+8=12 ok) write 2"); a wrong fact fails its check and the step is done
-again ("8+4=13 (check 4+8=12, not 13; wait, 8+4=12) write 2"). The corpus holds such solutions rarely
+The tiny task world's worked solutions can check each digit step's fact right after it, undone by the
+inverse operation ("8+4=12 (check 12-4=8 ok) write 2"); a wrong fact fails its check and the step is
+done again ("8+4=13 (check 13-4=9, not 8; wait, 8+4=12) write 2"). The corpus holds such solutions rarely
 under the R1-Zero template (``base.corpus``), and no reward mentions them: RL can only find them
 through correctness. This module labels a chain of thought:
 
@@ -24,9 +24,9 @@ __all__ = ["LABELS", "Checks", "label", "read_checks"]
 
 LABELS = ("plain", "rechecked", "corrected")
 
-# a check: "check 4+8=12" / "验算4+8=12"
+# a check: "check 12-4=8" / "验算12-4=8"
 _CHECK = re.compile(r"(?:\bcheck\b|验算)\s*\d+\s*[-+]\s*\d+", re.IGNORECASE)
-# a failed check: ", not 13" / "，不是13"
+# a failed check: ", not 8" / "，不是8"
 _FAILED = re.compile(r"\bnot\b\s*\d+|不是\s*\d+", re.IGNORECASE)
 # acting on it: "; wait, 8+4=12" / "；等等，8+4=12"
 _REDO = re.compile(r"(?:\bwait\b|等等)\W{0,3}\d+\s*[-+]\s*\d+", re.IGNORECASE)

@@ -126,6 +126,10 @@ def aha(runs: Mapping[int, tuple[Records, Records]]) -> Finding:
         share_d[seed] = paired_difference(sb, sa, seed)
         checked = _share(after, lambda r: float(r["correct"]) if r.get("recheck") not in (None, "plain") else None)
         plain = _share(after, lambda r: float(r["correct"]) if r.get("recheck") == "plain" else None)
+        gap_against = "plain chains of thought of the same model"
+        if not set(plain) & set(checked):  # every chain of thought checks now: against the base's plain ones
+            plain = _share(before, lambda r: float(r["correct"]) if r.get("recheck") == "plain" else None)
+            gap_against = "the base's plain chains of thought (none is plain after stage 1)"
         gap_d[seed] = paired_difference(plain, checked, seed)
         share_v[seed] = verdict(share_d[seed], +1, ACC_MARGIN)
         gap_v[seed] = verdict(gap_d[seed], +1, ACC_MARGIN)
@@ -135,8 +139,8 @@ def aha(runs: Mapping[int, tuple[Records, Records]]) -> Finding:
             lines = [_diff_line("chains of thought with checks (share of samples that reason)",
                                 estimate(list(sb.values())), estimate(list(sa.values())), share_d[seed],
                                 percent=True) + f" ({share_v[seed]})",
-                     f"after stage 1, accuracy of checked − plain chains of thought on the same problems: "
-                     f"{gap_d[seed].fmt()} over {gap_d[seed].n} problems with both ({gap_v[seed]})",
+                     f"after stage 1, accuracy of checked chains of thought − {gap_against}, on the same "
+                     f"problems: {gap_d[seed].fmt()} over {gap_d[seed].n} problems with both ({gap_v[seed]})",
                      f"after stage 1, {sum(r.get('recheck') == 'corrected' for r in after)} of {len(after)} samples "
                      f"caught a slip of their own and did the step again ({len(corrected)} of them ended right)"]
             if corrected:

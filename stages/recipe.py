@@ -410,6 +410,10 @@ class RLConfig(TrainerSection):
                             f"must be divisible by gradient_accumulation_steps ({self.gradient_accumulation_steps})")
         if self.dynamic_sampling < 0:
             problems.append(f"dynamic_sampling must be >= 0 (0: off), got {self.dynamic_sampling}")
+        if self.dynamic_sampling and (self.setting("scale_rewards") == "batch"
+                                      or self.trl.get("multi_objective_aggregation") == "normalize_then_sum"):
+            problems.append("dynamic_sampling needs advantages normalised within each group (trl.scale_rewards "
+                            "group or none, no normalize_then_sum): with batch-wide ones no group is all-equal")
         if any(s < 1 for s in self.eval_steps):
             problems.append(f"eval_steps must be >= 1 (step 0 is the before-training evaluation), got {self.eval_steps}")
         if self.trl.get("epsilon_high") is not None and self.trl["epsilon_high"] < self.setting("epsilon"):

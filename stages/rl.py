@@ -2,8 +2,8 @@
 
 It *configures* TRL's ``GRPOTrainer`` from a recipe's :class:`stages.recipe.RLConfig` section (the
 section's ``trl:`` settings pass through to ``GRPOConfig``, ``stages/trainer.py``); it does not fork it,
-and subclasses it only to run the training forward pass in length buckets (:func:`grpo_trainer_class`,
-``length_buckets``). What it adds around the trainer:
+and subclasses it only where a section asks for the training forward pass in length buckets or for
+DAPO's dynamic sampling (:func:`grpo_trainer_class`). What it adds around the trainer:
 
 - reward functions by name and weight (``stages/rewards.py``), each wrapped so that a
   :class:`RolloutRecorder` sees every scored batch: it logs accuracy, format rate, think rate and
@@ -24,11 +24,11 @@ trainer skeleton's (``stages/trainer.py``). On resume from ``checkpoint-N``, row
 ``cold_start_candidates*.jsonl``, sample files and step evaluations past step N are dropped, since those
 steps run again; the manifest's last resume entry gets ``from_step: N``.
 
-Deviations from DAPO: dynamic sampling (re-sampling until no group has all-equal rewards) is not
-available in TRL 1.16 without replacing its generation loop, so it is not done. Such groups get zero
-advantage under group normalisation, so they add no policy gradient, only dilute the token-mean loss
-(and add KL when beta > 0); their share is logged every step as ``frac_reward_zero_std``. The soft
-overlong penalty is an ordinary reward function (``overlong``).
+Deviations from DAPO: dynamic sampling (``dynamic_sampling``) replaces the groups whose rewards are all
+equal for a bounded number of extra rounds, not until none is left; off, such groups get zero advantage
+under group normalisation, so they add no policy gradient, only dilute the token-mean loss (and add KL
+when beta > 0); their share is logged every step as ``frac_reward_zero_std``. The soft overlong penalty
+is TRL's, as an ordinary reward function (``overlong``).
 
 Step numbering: a batch is scored before the optimizer step that trains on it; its rows carry that
 step's number (``trainer_state.global_step + 1``), the same numbering as ``metrics.jsonl``.
@@ -119,6 +119,7 @@ class RolloutRecorder:
         self.candidates_written = 0
         self.prompts_seen: set[tuple[int, str]] = set()  # (step, prompt id) scored on this process
         self._batch: dict[str, list] = {}
+        self._sampled_step: int | None = None  # the step whose sample file this run has written
 
     def wrap(self, name: str, func: Callable) -> Callable:
         """``func`` under the name TRL will log it as (``rewards/<name>/mean``), reporting here."""
@@ -198,7 +199,9 @@ class RolloutRecorder:
                             well_formed=well[i], has_think=thinks[i] is not None, mixed_language=mixed[i])
                        for i in range(min(n, self.samples_per_step))]
             path = self.samples_dir / f"step_{step:05d}.jsonl"
-            path.unlink(missing_ok=True)  # a step that runs again (resume, num_iterations) rewrites its file
+            if step != self._sampled_step:  # a step that runs again (resume) rewrites its file; the extra
+                path.unlink(missing_ok=True)  # generations of one step (dynamic sampling) add to it
+                self._sampled_step = step
             append_jsonl(path, samples)
 
     def truncate(self, max_step: int) -> None:
@@ -386,7 +389,7 @@ def prompt_dataset(rows: list[dict], build_prompt: Callable[[dict], str | list])
 
 
 # ---------------------------------------------------------------------------------------------
-# The trainer: TRL's, with the training forward pass in length buckets
+# The trainer: TRL's, with the training forward pass in length buckets and dynamic sampling
 # ---------------------------------------------------------------------------------------------
 
 
@@ -434,7 +437,7 @@ def grpo_trainer_class(length_buckets: int = 1, dynamic_sampling: int = 0):
             for group in torch.tensor_split(order, length_buckets):
                 start, end = int(first[group].min()), max(int(last[group].max()), prompt) + 1
                 lp, ent, _ = whole(model, input_ids[group, start:end], attention_mask[group, start:end],
-                                   end - prompt, None, compute_entropy, False)
+                                   end - prompt, batch_size, compute_entropy, False)
                 pad = (0, logits_to_keep - (end - prompt))  # the columns no row of the group uses
                 logps.append(torch.nn.functional.pad(lp, pad))
                 if compute_entropy:
@@ -456,6 +459,9 @@ def grpo_trainer_class(length_buckets: int = 1, dynamic_sampling: int = 0):
             pieces.append((out, [i for i in range(wanted) if not zero[i]]))
             spare = [(out, i) for i in range(wanted) if zero[i]]
             have, extra_groups = len(pieces[0][1]), 0
+            # TRL (and the recorder) log each generation's metrics as one entry, averaged per entry: the
+            # extra rounds' would count as much as the step's own generation, so they are dropped below
+            logged = {key: len(values) for key, values in self._metrics["train"].items()}
             for round_ in range(dynamic_sampling):
                 if have >= wanted:
                     break
@@ -468,6 +474,8 @@ def grpo_trainer_class(length_buckets: int = 1, dynamic_sampling: int = 0):
                 pieces.append((more, kept))
                 have += len(kept)
             pieces += [(o, [i]) for o, i in spare[: wanted - have]]
+            for key in list(self._metrics["train"]):  # the step's own generation's metrics only
+                del self._metrics["train"][key][logged.get(key, 0):]
             batch = _concat_groups(pieces, g, self._tokenizer.pad_token_id)
             batch["num_items_in_batch"] = batch["completion_mask"].sum()
             after = float(_zero_variance_groups(batch["advantages"], g).float().mean())
@@ -479,10 +487,11 @@ def grpo_trainer_class(length_buckets: int = 1, dynamic_sampling: int = 0):
 
 
 def _zero_variance_groups(advantages: torch.Tensor, group: int) -> torch.Tensor:
-    """(groups,) bool: the groups whose advantages are all zero (all-equal rewards under group
-    normalisation). advantages: (rows,) or (rows, tokens)."""
-    flat = advantages.reshape(advantages.shape[0], -1).abs().sum(dim=1)
-    return flat.view(-1, group).sum(dim=1) == 0
+    """(groups,) bool: the groups whose advantages are all (nearly) zero: all-equal rewards under group
+    normalisation (a group mean of equal rewards may miss them by an ulp). advantages: (rows,) or
+    (rows, tokens)."""
+    flat = advantages.reshape(advantages.shape[0], -1).abs().amax(dim=1)
+    return flat.view(-1, group).amax(dim=1) < 1e-6
 
 
 _LEFT_PADDED = {"prompt_ids", "prompt_mask"}

@@ -70,7 +70,18 @@ def test_a_slip_is_one_fact_written_one_off():
 
 
 def test_plain_solutions_are_unchanged_by_the_new_options():
-    """``check=False, slip=False`` writes the solutions the corpus always had."""
+    """``check=False, slip=False`` writes the solutions the corpus always had, drawing the same random
+    numbers (a mixed-language trace draws where to switch)."""
     p = Problem("expr3", (67, 20, 37), ("+", "-"))
     assert trace(p, "en", random.Random(0)) == ("first 67+20: 7+0=7 write 7, 6+2=8 write 8, get 87; then 87-37: "
                                                  "7-7=0 write 0, 8-3=5 write 5, get 50; answer 50")
+    rng = random.Random(0)
+    assert trace(p, "mix", rng) == "先算 67+20：7+0=7写7，6+2=8写8，得87; 再算 87-37：7-7=0写0，8-3=5写5, get 50; answer 50"
+    assert rng.random() == 0.04048437818077755  # and nothing more (both as at commit 1044133)
+
+
+def test_a_slip_drawn_from_its_own_generator_moves_no_other_draw():
+    p = Problem("add", (874, 404), ("+",))
+    main, own = random.Random(5), random.Random(6)
+    solution(p, "en", main, check=True, slip=True, slip_rng=own)
+    assert main.random() == random.Random(5).random()

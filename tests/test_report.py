@@ -313,6 +313,8 @@ def test_f0_aha_needs_more_checks_and_better_checked_answers():
     noisy = verdicts.aha({0: (checks([0.0] * 40, 0.5, 0.5), mixed)})
     assert noisy.verdict == "inconclusive" and noisy.data["accuracy_gap"][0]["lo"] < 0 < noisy.data["accuracy_gap"][0]["hi"]
     assert verdicts.aha({0: ([{"id": "p", "correct": True}], [{"id": "p", "correct": True}])}).verdict == "not measured"
+    everywhere = verdicts.aha({0: (checks([0.25] * N, 0.5, 0.5), checks([1.0] * N, 0.95, 0.4))})
+    assert everywhere.verdict == "reproduced" and "the base's plain" in everywhere.lines[1]  # no plain one left
     never = verdicts.aha({0: (before, checks([0.0] * N, 0.9, 0.4))})  # a base that never learnt to check
     assert never.verdict == "not measured" and "never learnt" in never.lines[0]
 

@@ -397,7 +397,9 @@ def test_length_buckets_give_the_log_probabilities_and_gradients_of_one_padded_p
 
     model, tok, kw = micro_grpo(tmp_path, lambda completions, **_: [0.0] * len(completions), ["What is 1 + 2?"] * 8)
     plain, bucketed = grpo_trainer_class(1)(**kw), grpo_trainer_class(4)(**kw)
-    assert type(bucketed) is not type(plain)
+    widths = []
+    model.register_forward_pre_hook(lambda module, args, kwargs: widths.append(kwargs["input_ids"].shape),
+                                    with_kwargs=True)
 
     rows, prompt, completion = 8, 6, 12
     ids = torch.randint(3, len(tok), (rows, prompt + completion))
@@ -418,7 +420,12 @@ def test_length_buckets_give_the_log_probabilities_and_gradients_of_one_padded_p
         grads = [p.grad.clone() for p in model.parameters()]
         return logps.detach() * keep, entropies.detach() * keep, grads
 
-    want, got = run(plain), run(bucketed)
+    want = run(plain)
+    assert widths == [(8, 18)]  # TRL: one pass, every row padded to the longest
+    widths.clear()
+    got = run(bucketed)
+    assert len(widths) == 4 and sum(w[0] for w in widths) == 8 and max(w[1] for w in widths) == 18
+    assert min(w[1] for w in widths) < 10  # the short rows' group is padded to its own longest only
     torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(got[1], want[1], atol=1e-5, rtol=1e-5)
     for g, w in zip(got[2], want[2], strict=True):
@@ -462,3 +469,12 @@ def test_dynamic_sampling_trains_on_groups_whose_rewards_differ(tmp_path):
     logged = [h for h in trainer.state.log_history if "dynamic_sampling/zero_std_after" in h]
     assert len(logged) == 2 and all(h["dynamic_sampling/zero_std_after"] <= h["dynamic_sampling/zero_std_before"]
                                     for h in logged)
+
+
+def test_dynamic_sampling_needs_group_normalised_advantages():
+    assert load_recipe("tiny", ["stage3.dynamic_sampling=2"]).stage3.dynamic_sampling == 2
+    for bad in (["stage3.dynamic_sampling=2", "stage3.trl.scale_rewards=batch"],
+                ["stage3.dynamic_sampling=2", "stage3.trl.multi_objective_aggregation=normalize_then_sum"],
+                ["stage3.dynamic_sampling=-1"]):
+        with pytest.raises(RecipeError, match="dynamic_sampling"):
+            load_recipe("tiny", bad)
