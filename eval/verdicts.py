@@ -343,7 +343,8 @@ def clip_higher(runs: Mapping[int, tuple[Records, Records]]) -> Finding:
                      f"{mean(symmetric, 'clip_ratio_high'):.2%} of tokens with symmetric clipping, "
                      f"{mean(higher, 'clip_ratio_high'):.2%} with clip-higher; below "
                      f"{mean(symmetric, 'clip_ratio_low'):.2%}, {mean(higher, 'clip_ratio_low'):.2%}",
-                     f"held-out accuracy is in F1's runs; seed {seed}"]
+                     f"seed {seed}; each arm's held-out results are in its own stage folder "
+                     f"(findings/seed{seed}/stage1_clip, stage1_clip_sym)"]
     head = min(paired)
     return Finding("F7", claim, verdicts_[head], rule, lines,
                    [_seed_line("Δ entropy (late steps)", diffs, verdicts_)] if len(paired) > 1 else [],
