@@ -268,6 +268,7 @@ def passk_section(run_dir: Path, out: Path) -> list[str]:
     lines = [f"{summary['problems']} held-out problems, {summary['samples']} samples each at T={summary['temperature']}, "
              f"top-p {summary['top_p']}; {summary['method']}. Each stage in the format it was trained in.", "",
              _table(["stage", *[f"pass@{k}" for k in ks]], rows), ""]
+    lines += ["Where the curves cross (their means; the intervals above say how far apart they are):"]
     lines += [f"- {line}" for line in summary["crossings"]] or ["- no two curves cross"]
     if summary.get("skipped"):
         lines.append(f"- not complete, not measured: {', '.join(summary['skipped'])}")
