@@ -13,8 +13,12 @@ RUN_FLAGS := --recipe $(RECIPE) $(if $(RESUME),--resume) $(if $(RESTART),--resta
 help:
 	@grep -E '^[a-z0-9-]+:.*## ' Makefile | sed 's/:.*## /\t/' | column -t -s $$'\t'
 
-# Creates .venv and installs the pinned CPU set; a no-op when pyproject.toml has not changed.
-setup: $(STAMP) ## create .venv and install (idempotent)
+# Creates .venv and installs the pinned CPU set; a no-op when pyproject.toml has not changed, and when
+# .venv holds the GPU set (make setup-gpu: transformers at vLLM's pin), which the CPU set would overwrite.
+GPU_SET := .venv/.gpu-set
+setup: ## create .venv and install (idempotent)
+	@if [ -e $(GPU_SET) ]; then echo "setup: .venv holds the GPU set (make setup-gpu); the CPU set is not installed over it (rm $(GPU_SET) to switch back)"; \
+	else $(MAKE) --no-print-directory $(STAMP); fi
 $(STAMP): pyproject.toml constraints/cpu.txt
 	@test -x .venv/bin/python || python3.11 -m venv .venv || python3 -m venv .venv
 	.venv/bin/pip install --quiet --disable-pip-version-check --no-compile -c constraints/cpu.txt -e '.[dev]'
@@ -25,6 +29,7 @@ $(STAMP): pyproject.toml constraints/cpu.txt
 setup-gpu: ## create .venv with the GPU set (vLLM, DeepSpeed; CUDA machines only)
 	@test -x .venv/bin/python || python3.11 -m venv .venv || python3 -m venv .venv
 	.venv/bin/pip install --disable-pip-version-check -c constraints/gpu.txt -e '.[gpu,dev]'
+	@rm -f .venv/.installed-* && touch $(GPU_SET)
 
 test: setup ## run the test suite (the CI command; excludes tests marked slow)
 	$(PY) -m pytest -q
@@ -42,11 +47,12 @@ lint: setup ## ruff, and the layers (import-linter: data below eval below stages
 base: setup ## build (tiny) or register (real recipes) the base model
 	$(R1) base $(RUN_FLAGS)
 
+# Through scripts/launch: the processes and nodes of the recipe's `launch` section (one process: r1 itself).
 stage1 stage2 stage3 stage4 distill: setup ## run one stage (RESUME=1 resumes, RESTART=1 starts over)
-	$(R1) $@ $(RUN_FLAGS)
+	$(PY) scripts/launch $@ $(RUN_FLAGS)
 
 distill-rl: setup ## the control of distillation: stage-1 RL on the student's base
-	$(R1) distill_rl $(RUN_FLAGS)
+	$(PY) scripts/launch distill_rl $(RUN_FLAGS)
 
 compare-losses: setup ## stage 1 once per GRPO loss type (grpo, dr_grpo, dapo) from the base; one figure
 	$(PY) scripts/compare_loss_types.py --recipe $(RECIPE) $(foreach s,$(SET),--set $(s))

@@ -90,6 +90,10 @@ def cmd_stage(args) -> int:
         for stage in stages:
             print("\n".join(plan(recipe, stage)))
         return 0
+    refusal = launch_refusal(recipe, args.command)
+    if refusal:
+        print(refusal, file=sys.stderr)
+        return 2
     setup_logging()
     for stage in stages:
         run_stage(recipe, stage, stage_body(stage), restart=args.restart)
@@ -97,6 +101,22 @@ def cmd_stage(args) -> int:
         cmd_status(argparse.Namespace(run_dir=str(recipe.stage_dir("base").parent)))
         cmd_report(argparse.Namespace(run_dir=str(recipe.stage_dir("base").parent)))
     return 0
+
+
+def launch_refusal(recipe, command: str) -> str | None:
+    """Why ``r1 <command>`` may not run here: a recipe whose ``launch`` asks for several processes, run
+    as one process (a plain ``r1 stage1``), would train on one GPU what was planned for many, with the
+    batch arithmetic of another run; the message gives the command that launches it as planned."""
+    from stages.common import world_size
+
+    launch = recipe.launch
+    if world_size() > 1 or launch.processes == 1:
+        return None
+    how = (f"scripts/launch {command} --recipe {recipe.name} [--set …]" if command != "pipeline" else
+           f"each stage with scripts/launch <stage> --recipe {recipe.name} (make stage1 … RECIPE={recipe.name})")
+    return (f"recipe {recipe.name}: launch asks for {launch.processes_per_node} process(es) per node × {launch.nodes} "
+            f"node(s) ({launch.accelerate_config or 'no accelerate config'}), and this is one process. Run {how}, "
+            "or set launch.processes_per_node=1 and launch.nodes=1 to run it in one process.")
 
 
 def stage_body(stage: str):

@@ -46,13 +46,20 @@ def is_main() -> bool:
     return rank() == 0
 
 
-def init_distributed() -> None:
+def init_distributed(timeout_minutes: float) -> None:
     """Join the process group of a multi-process launch (gloo on CPU, NCCL on GPU) through
-    accelerate, before the stage body runs, so that its barriers work; a no-op for one process."""
+    accelerate, before the stage body runs, so that its barriers work; a no-op for one process.
+
+    ``timeout_minutes`` (``launch.timeout_minutes``) bounds every collective, barriers included: while
+    the main process alone evaluates or writes, the others wait at a barrier, and NCCL's default of
+    10 minutes would kill a run whose evaluation takes longer. The process group is created here,
+    first, so the trainers' accelerators (and their ``ddp_timeout``) reuse it as it is."""
     if world_size() > 1:
+        from datetime import timedelta
+
         from accelerate import PartialState
 
-        PartialState()
+        PartialState(timeout=timedelta(minutes=timeout_minutes))
 
 
 def barrier() -> None:

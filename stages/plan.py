@@ -8,13 +8,19 @@ violates it fails with the numbers to change (:class:`PlanError`).
 
 The memory model is the usual mixed-precision AdamW accounting: bf16 weights (2 bytes per parameter)
 and gradients (2), fp32 master weights and two moments (12); ZeRO-2 shards gradients and optimizer
-state over the processes, ZeRO-3 and FSDP shard all three. Activations and vLLM's KV cache are not
-estimated (vLLM colocated reserves ``trl.vllm_gpu_memory_utilization`` of each accelerator, printed).
+state over the processes, ZeRO-3 and FSDP shard all three. On top of it: one micro-batch's logits in
+bf16 (GRPO: completion positions × vocabulary, the largest single tensor of a long-completion run;
+SFT: every position), vLLM's share of the accelerator when it is colocated (its weights and KV cache
+live inside ``trl.vllm_gpu_memory_utilization``), and, in stage 4's final RL, the two reward models
+each process holds whole (bf16). Other activations are not counted. A trainer that would not fit is
+flagged ``DOES NOT FIT``; a stage that would fail before training (no students to distill, a section
+left at the defaults) is flagged ``WILL FAIL``. :func:`launch_problems` checks an accelerate config
+against the recipe (gradient clipping, multi-node DeepSpeed, vLLM's tensor-parallel size).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 GB = 1024**3
 
@@ -23,19 +29,39 @@ class PlanError(ValueError):
     """A recipe's batch sizes cannot run as configured; the message says which numbers to change."""
 
 
-def parameters(recipe, stage: str = "base") -> float | None:
-    """The parameter count of the model a stage trains: the base's, or for distillation the first
-    (control: the control) student's; None when the recipe cannot tell without loading it."""
+@dataclass
+class Model:
+    """The model a stage trains, as far as the recipe tells without loading it (None: unknown)."""
+
+    name: str
+    parameters: float | None
+    vocab: int | None
+    heads: int | None = None  # query heads
+
+
+def model_of(recipe, stage: str) -> Model:
+    """The base, or for distillation the first (``distill_rl``: the control) student."""
     if stage in ("distill", "distill_rl") and recipe.distill.students:
         names = [s.name for s in recipe.distill.students]
         wanted = recipe.distill.control_student if stage == "distill_rl" and recipe.distill.control_student else names[0]
         student = recipe.distill.students[names.index(wanted)]
         if student.pretrained:
-            return student.parameters_b * 1e9 if student.parameters_b else None
-        return _tiny_parameters(student.architecture or recipe.base.architecture)
+            return Model(f"student {student.name} ({student.pretrained})",
+                         student.parameters_b * 1e9 if student.parameters_b else None, student.vocab_size)
+        a = student.architecture or recipe.base.architecture
+        return Model(f"student {student.name} (a tiny Qwen2)", _tiny_parameters(a), a.tokenizer_vocab_size,
+                     a.num_attention_heads)
     if recipe.base.pretrained is None:
-        return _tiny_parameters(recipe.base.architecture)
-    return recipe.base.parameters_b * 1e9 if recipe.base.parameters_b else None
+        a = recipe.base.architecture
+        return Model("the tiny Qwen2 (built by the base stage)", _tiny_parameters(a), a.tokenizer_vocab_size,
+                     a.num_attention_heads)
+    b = recipe.base
+    return Model(b.pretrained, b.parameters_b * 1e9 if b.parameters_b else None, b.vocab_size, b.attention_heads)
+
+
+def parameters(recipe, stage: str = "base") -> float | None:
+    """The parameter count of the model a stage trains (:func:`model_of`); None when unknown."""
+    return model_of(recipe, stage).parameters
 
 
 def _tiny_parameters(a) -> float:
@@ -49,18 +75,36 @@ def _tiny_parameters(a) -> float:
 
 @dataclass
 class Memory:
+    """Bytes per accelerator, by what holds them."""
+
     weights: float
     grads: float
     optimizer: float
     reference: float
+    logits: float = 0.0
+    vllm: float = 0.0
+    reward_models: float = 0.0
+    unknown: list[str] = field(default_factory=list)  # what could not be counted, and why
 
     @property
     def total(self) -> float:
-        return self.weights + self.grads + self.optimizer + self.reference
+        return (self.weights + self.grads + self.optimizer + self.reference + self.logits + self.vllm
+                + self.reward_models)
+
+    def describe(self, capacity_gb: float) -> str:
+        parts = [("weights", self.weights), ("grads", self.grads), ("optimizer", self.optimizer),
+                 ("reference", self.reference), ("logits", self.logits), ("vLLM", self.vllm),
+                 ("reward models", self.reward_models)]
+        fits = "fits" if self.total <= capacity_gb * GB else "DOES NOT FIT: shard more (zero3/fsdp), add GPUs, or shrink the micro-batch"
+        return (" + ".join(f"{name} {b / GB:.1f}" for name, b in parts if b or name in ("weights", "optimizer"))
+                + f" = {self.total / GB:.1f} GB of {capacity_gb:g} GB ({fits}; other activations not counted"
+                + "".join(f"; {u}" for u in self.unknown) + ")")
 
 
-def memory_per_device(n_params: float, sharding: str | None, processes: int, reference: bool) -> Memory:
-    """Bytes per accelerator (see the module docstring for the accounting)."""
+def memory_per_device(n_params: float, sharding: str | None, processes: int, reference: bool, *,
+                      logits: float = 0.0, vllm: float = 0.0, reward_models: float = 0.0) -> Memory:
+    """Bytes per accelerator (see the module docstring for the accounting); ``logits``, ``vllm`` and
+    ``reward_models`` are bytes that no sharding divides."""
     n = processes
     w, g, o = 2 * n_params, 2 * n_params, 12 * n_params
     ref = 2 * n_params if reference else 0.0
@@ -68,7 +112,49 @@ def memory_per_device(n_params: float, sharding: str | None, processes: int, ref
         g, o = g / n, o / n
     elif sharding in ("zero3", "fsdp"):
         w, g, o, ref = w / n, g / n, o / n, ref / n
-    return Memory(w, g, o, ref)
+    return Memory(w, g, o, ref, logits, vllm, reward_models)
+
+
+def trainer_memory(recipe, stage: str, kind: str, name: str, cfg, model: Model) -> Memory:
+    """The memory of one trainer of ``stage`` per accelerator (:class:`Memory`)."""
+    launch = recipe.launch
+    unknown, logits, vllm, rms = [], 0.0, 0.0, 0.0
+    if model.vocab is None:
+        unknown.append("logits unknown: set the student's vocab_size" if model.name.startswith("student")
+                       else "logits unknown: set base.vocab_size")
+    elif kind == "rl":
+        logits = 2 * rl_micro_batch(name, cfg, launch.processes) * cfg.max_completion_length * model.vocab
+    elif kind == "sft":
+        logits = 2 * cfg.batch_size * cfg.max_length * model.vocab
+    if kind == "rl" and cfg.setting("use_vllm") and cfg.setting("vllm_mode") == "colocate":
+        vllm = cfg.setting("vllm_gpu_memory_utilization") * launch.gpu_memory_gb * GB
+    if name == "stage4.rl":
+        for rm_name in ("helpfulness", "harmlessness"):
+            spec = getattr(recipe.stage4, rm_name)
+            if spec.pretrained:
+                unknown.append(f"the {rm_name} reward model {spec.pretrained}: size unknown")
+            else:  # trained from the stage-4 SFT model: the base's size, a scalar head for the vocabulary
+                rms += 2 * model.parameters
+    mem = memory_per_device(model.parameters, launch.accelerate_config, launch.processes,
+                            reference=kind == "rl" and cfg.setting("beta") > 0, logits=logits, vllm=vllm,
+                            reward_models=rms)
+    mem.unknown = unknown
+    return mem
+
+
+def stage_failures(recipe, stage: str) -> list[str]:
+    """What would make ``stage`` fail, or run what nobody configured, before it trains."""
+    problems = []
+    if stage in ("distill", "distill_rl") and not recipe.distill.students:
+        problems.append("distill.students is empty: distillation has no student to train (add one: name, "
+                        "pretrained, parameters_b)")
+    if stage == "distill_rl" and recipe.base.pretrained is not None:
+        from stages.recipe import RLConfig
+
+        if recipe.distill.control == RLConfig():
+            problems.append("distill.control is not in the recipe: the RL control would run RLConfig's defaults "
+                            "(tiny-model settings); give it a section like stage1's")
+    return problems
 
 
 def _divisors_hint(total: int, by: int) -> str:
@@ -146,24 +232,19 @@ def trainers(recipe, stage: str) -> list[tuple[str, str, object]]:
 def plan(recipe, stage: str) -> list[str]:
     """The dry run's lines for ``stage``; raises PlanError on an impossible batch split."""
     launch = recipe.launch
-    n_params = parameters(recipe, stage)
+    model = model_of(recipe, stage)
     lines = [f"recipe {recipe.name}, stage {stage}: {launch.nodes} node(s) × {launch.processes_per_node} "
              f"process(es), sharding {launch.accelerate_config or 'none (one process)'}, "
              f"device {recipe.device}",
-             f"model: {recipe.base.pretrained or 'the tiny Qwen2 (built by the base stage)'}, "
-             + (f"{n_params / 1e9:.3g}B parameters" if n_params else "size unknown (set base.parameters_b)")]
+             f"model: {model.name}, "
+             + (f"{model.parameters / 1e9:.3g}B parameters" if model.parameters else "size unknown (set parameters_b)")
+             + (f", vocabulary {model.vocab:,}" if model.vocab else "")]
+    lines += [f"WILL FAIL: {p}" for p in stage_failures(recipe, stage)]
     for kind, name, cfg in trainers(recipe, stage):
         lines += {"rl": rl_lines, "sft": sft_lines, "rm": rm_lines}[kind](name, cfg, launch)
-        if n_params and not (kind == "rm" and cfg.pretrained):
-            mem = memory_per_device(n_params, launch.accelerate_config, launch.processes,
-                                    reference=kind == "rl" and cfg.setting("beta") > 0)
-            fits = "fits" if mem.total <= launch.gpu_memory_gb * GB else "DOES NOT FIT: shard more (zero3/fsdp) or add GPUs"
-            lines.append(f"  memory per process: weights {mem.weights / GB:.1f} GB + grads {mem.grads / GB:.1f} + "
-                         f"optimizer {mem.optimizer / GB:.1f} + reference {mem.reference / GB:.1f} = "
-                         f"{mem.total / GB:.1f} GB of {launch.gpu_memory_gb:g} GB ({fits}; activations not counted)")
-            if kind == "rl" and cfg.setting("use_vllm") and cfg.setting("vllm_mode") == "colocate":
-                lines.append(f"  + vLLM colocated: {cfg.setting('vllm_gpu_memory_utilization'):.0%} of each "
-                             "accelerator reserved")
+        if model.parameters and not (kind == "rm" and cfg.pretrained):
+            mem = trainer_memory(recipe, stage, kind, name, cfg, model)
+            lines.append(f"  memory per process: {mem.describe(launch.gpu_memory_gb)}")
     sampling = {"stage2": ("stage2.cold_start.sample", recipe.stage2.cold_start.sample),
                 "stage4": ("stage4.rejection", recipe.stage4.rejection)}.get(stage)
     if sampling and sampling[1] is not None:
@@ -171,3 +252,57 @@ def plan(recipe, stage: str) -> list[str]:
         lines.append(f"{name}: {rej.samples_per_prompt} samples per prompt (≤ {rej.max_new_tokens} tokens), "
                      f"shards of {rej.shard_size} prompts, {rej.backend}")
     return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# The launch's own configuration, checked against the recipe (scripts/launch, before it starts)
+# ---------------------------------------------------------------------------------------------
+
+
+def launch_problems(recipe, stage: str, config: dict | None, config_name: str = "the accelerate config") -> list[str]:
+    """What in an accelerate config (``recipes/accelerate/<name>.yaml``, parsed) or in the recipe's vLLM
+    settings would make ``stage`` fail or train other than the recipe says; [] when nothing."""
+    problems, config = [], config or {}
+    ds = config.get("deepspeed_config") or {}
+    launch = recipe.launch
+    for kind, name, cfg in trainers(recipe, stage):
+        clip = ds.get("gradient_clipping")
+        if clip is not None and str(clip) != "auto" and float(clip) != float(cfg.setting("max_grad_norm")):
+            problems.append(
+                f"{config_name}: deepspeed_config.gradient_clipping {clip} but {name}.trl.max_grad_norm is "
+                f"{cfg.setting('max_grad_norm')}: transformers refuses the mismatch (or DeepSpeed clips at its own "
+                "value); remove gradient_clipping from the accelerate config (DeepSpeed then takes max_grad_norm)")
+        if kind == "rl" and cfg.setting("use_vllm"):
+            tp = cfg.setting("vllm_tensor_parallel_size")
+            problems += _tensor_parallel_problems(f"{name}.trl.vllm_tensor_parallel_size", tp, model_of(recipe, stage),
+                                                  launch.processes if cfg.setting("vllm_mode") == "colocate" else None)
+    if launch.nodes > 1 and config.get("distributed_type") == "DEEPSPEED" and \
+            ds.get("deepspeed_multinode_launcher") != "standard":
+        problems.append(f"{config_name}: {launch.nodes} nodes under DeepSpeed need deepspeed_config."
+                        "deepspeed_multinode_launcher: standard (accelerate launches each node's processes itself; "
+                        "the default, pdsh, needs passwordless ssh between nodes)")
+    return problems
+
+
+def _tensor_parallel_problems(what: str, tp: int, model: Model, processes: int | None) -> list[str]:
+    problems = []
+    if model.heads and model.heads % tp:
+        problems.append(f"{what} {tp} does not divide the model's {model.heads} attention heads "
+                        f"(vLLM refuses): use one of {[d for d in range(1, model.heads + 1) if model.heads % d == 0]}")
+    if processes is not None and processes % tp:
+        problems.append(f"{what} {tp} does not divide the {processes} training processes (TRL's colocated "
+                        "vLLM groups them by it)")
+    return problems
+
+
+def vllm_server_tensor_parallel(recipe, stage: str, gpus: int) -> int:
+    """The tensor-parallel size of ``trl vllm-serve`` on a node of ``gpus`` GPUs (``scripts/slurm.sbatch``):
+    ``launch.vllm_server_tensor_parallel``, one copy of the model (vLLM refuses data parallelism for
+    dense models); PlanError when it does not divide the model's heads or exceeds the node's GPUs."""
+    tp = recipe.launch.vllm_server_tensor_parallel
+    problems = _tensor_parallel_problems("launch.vllm_server_tensor_parallel", tp, model_of(recipe, stage), None)
+    if tp > gpus:
+        problems.append(f"launch.vllm_server_tensor_parallel {tp} is more than the server node's {gpus} GPUs")
+    if problems:
+        raise PlanError("; ".join(problems))
+    return tp

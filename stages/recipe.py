@@ -175,6 +175,8 @@ class BaseConfig:
 
     pretrained: str | None = None
     parameters_b: float | None = None  # the pretrained model's size in billions, for the dry run's memory plan
+    vocab_size: int | None = None  # the pretrained model's vocabulary, for the dry run's logits memory
+    attention_heads: int | None = None  # its query heads: vLLM's tensor-parallel size must divide them
     architecture: TinyArchitecture = field(default_factory=TinyArchitecture)
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
@@ -255,7 +257,7 @@ SET_BY_PROJECT: dict[str, str] = {
     "max_length": "max_length",
     "seed": "seed (null: the recipe's)",
     "data_seed": "seed (null: the recipe's)",
-    "bf16": "precision (auto: bf16 on CUDA, fp32 on CPU; autocast: bf16 compute where the device has bf16 kernels)",
+    "bf16": "precision (auto: on CUDA bf16 under DeepSpeed/FSDP, else bf16 autocast; fp32 on CPU)",
     "fp16": "precision",
     "use_cpu": "the recipe's device",
     "gradient_checkpointing": "gradient_checkpointing (CUDA only: TRL's default, on, only slows a CPU run)",
@@ -307,8 +309,10 @@ def trl_problem(config: str, key: str) -> str | None:
 class TrainerSection:
     """What every trainer section has.
 
-    ``precision``: auto = bf16 on CUDA, fp32 on CPU; fp32; bf16 (bf16 weights); autocast = fp32 weights
-    with bf16 matmuls where the device has bf16 kernels, else fp32 (``stages.trainer.device_and_precision``).
+    ``precision``: auto = on CUDA bf16 weights under DeepSpeed or FSDP (which keep fp32 master weights),
+    else bf16 autocast; fp32 on CPU; fp32; bf16 (bf16 weights: refused on CUDA without DeepSpeed or FSDP);
+    autocast = fp32 weights with bf16 matmuls where the device has bf16 kernels, else fp32
+    (``stages.trainer.device_and_precision``).
     ``attn_implementation``: the attention kernel of the trainer's model (``model``: the checkpoint's;
     on the CPU, eager ran faster than sdpa under autocast, docs/speed.md). ``gradient_checkpointing``
     applies on CUDA only. ``seed``: null = the recipe's. ``lora``: train LoRA adapters (peft) instead
@@ -628,6 +632,7 @@ class StudentSpec:
     name: str
     pretrained: str | None = None
     parameters_b: float | None = None  # the pretrained student's size in billions (dry run)
+    vocab_size: int | None = None  # its vocabulary (dry run: logits memory)
     architecture: TinyArchitecture | None = None
     pretrain_steps: int | None = None
 
@@ -722,16 +727,24 @@ class PassKConfig:
 class LaunchConfig:
     """Where a recipe runs (``scripts/launch``, ``r1 <stage> --dry-run``): processes (GPUs) per node,
     nodes, the accelerate config under ``recipes/accelerate/`` (``ddp``, ``zero2``, ``zero3``, ``fsdp``;
-    null: a single process), and the memory of one accelerator for the dry run's estimate."""
+    null: a single process), the memory of one accelerator for the dry run's estimate, and how long a
+    collective may wait (``timeout_minutes``: the other processes wait at a barrier while the main one
+    evaluates alone; ``stages.common.init_distributed``)."""
 
     processes_per_node: int = 1
     nodes: int = 1
     accelerate_config: Literal["ddp", "zero2", "zero3", "fsdp"] | None = None
     gpu_memory_gb: float = 80.0
+    timeout_minutes: float = 30.0
+    vllm_server_tensor_parallel: int = 1  # GPUs per model copy of ``trl vllm-serve`` (scripts/slurm.sbatch)
 
     def __post_init__(self):
         if self.processes_per_node < 1 or self.nodes < 1:
             raise ValueError("launch: processes_per_node and nodes must be >= 1")
+        if self.vllm_server_tensor_parallel < 1:
+            raise ValueError(f"launch.vllm_server_tensor_parallel: {self.vllm_server_tensor_parallel} must be >= 1")
+        if not self.timeout_minutes > 0:
+            raise ValueError(f"launch.timeout_minutes: {self.timeout_minutes} must be > 0")
 
     @property
     def processes(self) -> int:

@@ -127,7 +127,7 @@ def train_reward_model(ctx, spec, *, pairs: Callable[[], list[dict]], init_ref: 
     n_eval = max(1, int(len(order) * held_out))
     eval_pairs, train_pairs = order[:n_eval], order[n_eval:]
     seed = seed_of(recipe, spec)
-    precision = device_and_precision(recipe, spec)
+    precision = device_and_precision(recipe, spec, f"{ctx.stage} reward model {name}")
     set_seed(seed)  # the scalar head is initialised at random
     tokenizer = load_tokenizer(init_ref, trust_remote_code=recipe.trust_remote_code)
     if not tokenizer.chat_template:

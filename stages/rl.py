@@ -573,7 +573,7 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
     """
     recipe, m, out = ctx.recipe, ctx.manifest, Path(ctx.dir)
     seed = seed_of(recipe, cfg)
-    precision = device_and_precision(recipe, cfg)
+    precision = device_and_precision(recipe, cfg, ctx.stage)
     device = precision.device
     check_vllm(cfg, device)
     names, funcs, weights = rewards or reward_functions(cfg)

@@ -86,7 +86,7 @@ def run_stage(recipe, stage: str, body: Callable[[StageContext], Path | str | No
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; known: {', '.join(STAGES)}")
     parent_stage = STAGES[stage][1]
-    init_distributed()
+    init_distributed(recipe.launch.timeout_minutes)
     stage_dir = Path(stage_dir) if stage_dir is not None else recipe.stage_dir(stage)
     if parent_stage:
         parent = require_parent(Path(parent_dir) if parent_dir is not None else recipe.stage_dir(parent_stage),

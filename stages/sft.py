@@ -94,7 +94,7 @@ def run_sft(ctx, cfg, *, rows: list[dict], model_ref: str, name: str = "checkpoi
         raise ValueError(f"SFT {name}: no training rows")
 
     seed = seed_of(recipe, cfg)
-    precision = device_and_precision(recipe, cfg)
+    precision = device_and_precision(recipe, cfg, f"{ctx.stage} SFT {name}")
     set_seed(seed)
     if m.data["inputs"]["model"] is None:
         m.set_input_model(model_ref)

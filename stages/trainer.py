@@ -65,26 +65,44 @@ class Precision(NamedTuple):
     name: str
 
 
-def device_and_precision(recipe, cfg) -> Precision:
+def device_and_precision(recipe, cfg, section: str = "") -> Precision:
     """A trainer section's :class:`Precision` on this machine, from its ``precision``:
 
     - ``fp32``: fp32 weights and arithmetic;
-    - ``bf16``: bf16 weights (a GPU's usual choice);
+    - ``bf16``: bf16 weights, only where something keeps fp32 master weights for the optimizer: a
+      DeepSpeed launch (its bf16 optimizer holds an fp32 copy) or FSDP with mixed precision (accelerate
+      upcasts the sharded parameters to fp32). Anywhere else AdamW would update bf16 weights in bf16,
+      and at a learning rate of 1e-6 most updates fall below bf16's resolution and round away, so it is
+      refused (on a CPU it is allowed, with a warning: the tiny recipe's experiments);
     - ``autocast``: fp32 weights, matmuls in bf16 under autocast, where the device has bf16 kernels (a
       CUDA device that supports bf16; a CPU where oneDNN has them: AVX-512 or Arm bf16), else fp32: on an
       AVX2-only CPU autocast emulates bf16, many times slower (docs/speed.md). The numbers of a run then
       depend on the machine, as the tiny base's do (``base.pretrain.bf16_autocast: auto``);
-    - ``auto``: bf16 on a CUDA device that supports it, else fp32."""
+    - ``auto``: on a CUDA device with bf16, bf16 weights under DeepSpeed or FSDP and bf16 autocast over
+      fp32 weights otherwise (DDP, one process); fp32 elsewhere."""
     device = pick_device(recipe.device)
     cuda = device.type == "cuda"
+    masters = fp32_master_weights()
     if cfg.precision == "bf16" and not cuda:
         log.warning("precision bf16 requested on CPU: allowed, but bf16 weights learnt worse than fp32 on the "
                     "tiny recipe (precision: autocast keeps fp32 weights)")
-    if cfg.precision == "bf16" or (cfg.precision == "auto" and cuda and torch.cuda.is_bf16_supported()):
+    elif cfg.precision == "bf16" and not masters:
+        raise ValueError(
+            f"{section or 'a trainer section'}.precision: bf16 trains bf16 weights with a bf16 AdamW when neither "
+            "DeepSpeed nor FSDP keeps fp32 master weights (this launch has neither): updates below bf16's "
+            "resolution round away. Use precision: autocast (fp32 weights, bf16 matmuls) or auto, or launch with "
+            "launch.accelerate_config zero2, zero3 or fsdp")
+    if cfg.precision == "bf16" or (cfg.precision == "auto" and cuda and masters and torch.cuda.is_bf16_supported()):
         return Precision(device, torch.bfloat16, True, "bf16")
-    if cfg.precision == "autocast" and native_bf16(device):
+    if cfg.precision == "autocast" and native_bf16(device) or cfg.precision == "auto" and cuda and native_bf16(device):
         return Precision(device, torch.float32, True, "bf16 autocast")
     return Precision(device, torch.float32, False, "fp32")
+
+
+def fp32_master_weights() -> bool:
+    """Whether this process runs under a launch that keeps fp32 master weights for bf16 parameters:
+    DeepSpeed, or FSDP (accelerate's launcher says so in the environment, ``ACCELERATE_USE_*``)."""
+    return any(os.environ.get(f"ACCELERATE_USE_{k}", "false").lower() in ("true", "1") for k in ("DEEPSPEED", "FSDP"))
 
 
 def native_bf16(device: torch.device) -> bool:

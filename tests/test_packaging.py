@@ -1,6 +1,7 @@
 """The declared dependencies and the two pinned sets (constraints/cpu.txt, constraints/gpu.txt) agree:
 every pin lies inside pyproject's range, so `make setup` and `make setup-gpu` can both resolve."""
 
+import os
 import tomllib
 from pathlib import Path
 
@@ -41,3 +42,24 @@ def test_the_gpu_set_pins_every_gpu_package():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     gpu = {Requirement(r).name.lower() for r in project["optional-dependencies"]["gpu"]}
     assert gpu <= set(pins("gpu.txt")), f"constraints/gpu.txt lacks {gpu - set(pins('gpu.txt'))}"
+
+
+def test_setup_does_not_install_the_cpu_set_over_the_gpu_set(tmp_path):
+    """make stage1 … depends on setup: on a machine set up with make setup-gpu (transformers at vLLM's
+    pin), setup must not reinstall the CPU set over it."""
+    import shutil
+    import subprocess
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy(os.path.join(repo, name), tmp_path / name)
+    shutil.copytree(os.path.join(repo, "constraints"), tmp_path / "constraints")
+    dry = subprocess.run(["make", "-n", "setup"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert dry.returncode == 0 and "-c constraints/cpu.txt" in dry.stdout
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / ".venv" / ".gpu-set").touch()
+    dry = subprocess.run(["make", "-n", "setup"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert dry.returncode == 0 and "constraints/cpu.txt" not in dry.stdout
+    assert "holds the GPU set" in subprocess.run(["make", "setup"], cwd=tmp_path, capture_output=True, text=True,
+                                                 timeout=60).stdout
+    assert "touch $(GPU_SET)" in (tmp_path / "Makefile").read_text().split("\nsetup-gpu:")[1].split("\n\n")[0]

@@ -66,3 +66,97 @@ def test_tiny_parameter_count_matches_the_built_model():
         num_attention_heads=a.num_attention_heads, num_key_value_heads=a.num_key_value_heads,
         intermediate_size=a.intermediate_size, tie_word_embeddings=True))
     assert parameters(r) == pytest.approx(sum(p.numel() for p in model.parameters()), rel=1e-3)
+
+
+def _memory_line(lines, trainer):
+    i = next(i for i, line in enumerate(lines) if line.startswith(f"{trainer}:"))
+    return next(line for line in lines[i + 1:] if "memory per process" in line)
+
+
+def test_logits_vllm_and_reward_models_are_counted():
+    lines = plan(load_recipe("qwen2.5-math-7b"), "stage4")
+    # 64 × 8 completions / (8 accumulation × 8 GPUs) = 8 per micro-batch × 3,072 positions × 152,064 × 2 bytes
+    assert "logits 7.0" in _memory_line(lines, "stage4.rl") and "vLLM 24.0" in _memory_line(lines, "stage4.rl")
+    assert "reward models 28.3" in _memory_line(lines, "stage4.rl")  # two 7.6B reward models in bf16, whole
+    assert "logits 4.6" in _memory_line(lines, "stage4.sft")  # 4 sequences × 4,096 positions
+    assert "reward models" not in _memory_line(lines, "stage4.sft")
+    # the 1.5B final RL with micro-batches of 64 completions: 55.6 GB of logits alone
+    r = load_recipe("qwen2.5-1.5b", ["stage4.rl.gradient_accumulation_steps=8"])
+    assert "DOES NOT FIT" in _memory_line(plan(r, "stage4"), "stage4.rl")
+    r = load_recipe("qwen2.5-math-7b", ["base.vocab_size=null"])
+    assert "logits unknown: set base.vocab_size" in _memory_line(plan(r, "stage1"), "stage1")
+
+
+def test_the_plan_says_what_would_fail_and_names_the_student():
+    r = load_recipe("qwen2.5-math-7b")
+    assert plan(r, "distill")[1].startswith("model: student qwen2.5-1.5b (Qwen/Qwen2.5-1.5B), 1.54B")
+    assert not any(line.startswith("WILL FAIL") for stage in STAGES for line in plan(r, stage))
+    r = load_recipe("qwen2.5-math-7b", ["distill.students=[]", "distill.control={}"])
+    fails = [line for line in plan(r, "distill_rl") if line.startswith("WILL FAIL")]
+    assert len(fails) == 2 and "distill.students is empty" in fails[0] and "RLConfig's defaults" in fails[1]
+    assert any("distill.students is empty" in line for line in plan(r, "distill"))
+
+
+def test_launch_problems():
+    from stages.plan import launch_problems, vllm_server_tensor_parallel
+
+    r = load_recipe("qwen2.5-math-7b", ["stage1.trl.max_grad_norm=0.2"])
+    found = launch_problems(r, "stage1", {"distributed_type": "DEEPSPEED", "deepspeed_config": {"gradient_clipping": 1.0}},
+                            "x.yaml")
+    assert len(found) == 1 and "gradient_clipping 1.0 but stage1.trl.max_grad_norm is 0.2" in found[0]
+    two_nodes = load_recipe("qwen2.5-math-7b", ["launch.nodes=2"])
+    assert "deepspeed_multinode_launcher: standard" in launch_problems(
+        two_nodes, "stage1", {"distributed_type": "DEEPSPEED", "deepspeed_config": {}})[0]
+    tp3 = load_recipe("qwen2.5-math-7b", ["stage1.trl.vllm_tensor_parallel_size=3"])
+    assert [p.split(" (")[0] for p in launch_problems(tp3, "stage1", None)] == [
+        "stage1.trl.vllm_tensor_parallel_size 3 does not divide the model's 28 attention heads",
+        "stage1.trl.vllm_tensor_parallel_size 3 does not divide the 8 training processes"]
+    assert vllm_server_tensor_parallel(r, "stage1", 8) == 4
+    with pytest.raises(PlanError, match="8 does not divide the model's 28 attention heads"):
+        vllm_server_tensor_parallel(load_recipe("qwen2.5-math-7b", ["launch.vllm_server_tensor_parallel=8"]), "stage1", 8)
+    # the shipped accelerate configs agree with every real recipe, on two nodes too
+    import yaml
+
+    for name in REAL:
+        for config in ("ddp", "zero2", "zero3", "fsdp"):
+            parsed = yaml.safe_load((RECIPES_DIR / "accelerate" / f"{config}.yaml").read_text())
+            for stage in STAGES:
+                assert launch_problems(load_recipe(name, ["launch.nodes=2"]), stage, parsed) == [], (name, config, stage)
+
+
+def test_the_launcher_refuses_what_would_fail(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.test_distributed import REPO
+
+    p = subprocess.run([sys.executable, "scripts/launch", "stage1", "--recipe", "qwen2.5-math-7b", "--set",
+                        "stage1.trl.vllm_tensor_parallel_size=3"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "WILL FAIL: stage1.trl.vllm_tensor_parallel_size 3" in p.stderr
+    p = subprocess.run([sys.executable, "scripts/launch", "stage1", "--recipe", "qwen2.5-math-7b", "--vllm-server-args", "8",
+                        "--set", "launch.vllm_server_tensor_parallel=8"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "does not divide the model's 28 attention heads" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_a_multi_process_recipe_is_not_run_as_one_process(capsys, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert main(["stage1", "--recipe", "qwen2.5-math-7b"]) == 2
+    assert "launch asks for 8 process(es) per node × 1 node(s) (zero3), and this is one process. Run scripts/launch " \
+           "stage1 --recipe qwen2.5-math-7b" in capsys.readouterr().err
+
+
+def test_one_process_launches_r1_itself():
+    import argparse
+    import importlib.machinery
+    import importlib.util
+    import sys
+
+    from tests.test_distributed import REPO
+
+    loader = importlib.machinery.SourceFileLoader("launch_script", f"{REPO}/scripts/launch")
+    launch = importlib.util.module_from_spec(importlib.util.spec_from_loader("launch_script", loader))
+    loader.exec_module(launch)
+    args = argparse.Namespace(stage="stage1", recipe="tiny", processes=None, nodes=None, config=None, cpu=False)
+    assert launch.command(args, ["--resume"]) == [sys.executable, "-m", "stages.cli", "stage1", "--recipe", "tiny", "--resume"]
+    args.processes = 2
+    assert launch.command(args, [])[0] == "torchrun" and "--set=launch.processes_per_node=2" in launch.command(args, [])

@@ -244,6 +244,55 @@ def test_precision():
         (CPU, torch.float32, True, "bf16 autocast") if native else fp32)
 
 
+def test_precision_on_cuda_keeps_fp32_master_weights(monkeypatch):
+    """On a GPU, bf16 weights only where DeepSpeed or FSDP keeps fp32 master weights; elsewhere auto is bf16
+    autocast over fp32 weights and an explicit bf16 (a pure-bf16 AdamW) is refused, naming the section."""
+    import stages.trainer as T
+
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(T, "pick_device", lambda _: cuda)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    for var in ("ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP"):
+        monkeypatch.delenv(var, raising=False)
+    recipe = SimpleNamespace(device="cuda")
+    assert device_and_precision(recipe, SimpleNamespace(precision="auto")) == (cuda, torch.float32, True, "bf16 autocast")
+    with pytest.raises(ValueError, match=r"stage1\.precision: bf16 trains bf16 weights with a bf16 AdamW"):
+        device_and_precision(recipe, SimpleNamespace(precision="bf16"), "stage1")
+    for var in ("ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP"):
+        monkeypatch.setenv(var, "true")
+        assert device_and_precision(recipe, SimpleNamespace(precision="auto")) == (cuda, torch.bfloat16, True, "bf16")
+        assert device_and_precision(recipe, SimpleNamespace(precision="bf16")) == (cuda, torch.bfloat16, True, "bf16")
+        monkeypatch.delenv(var)
+
+
+def test_the_process_group_gets_the_recipe_timeout(monkeypatch):
+    from datetime import timedelta
+
+    import accelerate
+
+    from stages.common import init_distributed
+
+    seen = []
+    monkeypatch.setattr(accelerate, "PartialState", lambda **kw: seen.append(kw))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    init_distributed(120)
+    assert seen == [{"timeout": timedelta(minutes=120)}]
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    init_distributed(120)
+    assert len(seen) == 1  # one process: no process group
+
+
+def test_epochs_count_every_process(monkeypatch):
+    """8 processes each take their own batches: an epoch is an eighth of the steps (reward models, SFT)."""
+    from stages.trainer import steps_for_epochs
+
+    cfg = SimpleNamespace(batch_size=8, gradient_accumulation_steps=1)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert steps_for_epochs(1.0, 20000, cfg) == 2500
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    assert steps_for_epochs(1.0, 20000, cfg) == 313
+
+
 def test_autocast_trains_fp32_weights_under_bf16_matmuls(chain, tmp_path, monkeypatch):
     """precision: autocast through a real SFT stage: the weights stay fp32, the matmuls run in bf16 (where
     the CPU has bf16 kernels; elsewhere the section falls back to fp32), and the section's attention
