@@ -51,12 +51,20 @@ SUPPORTED = ("qwen2", "llama")  # model types whose layers are exactly the ones 
 
 def supports(model) -> bool:
     """Whether :func:`decode` can run ``model``: a Qwen2 or Llama decoder, without sliding-window
-    attention, as a plain (not LoRA-wrapped) transformers model."""
+    attention, as a plain (not LoRA-wrapped) transformers model whose weights this process holds whole
+    (not FSDP's DTensor shards nor ZeRO-3's placeholders: the model's own ``generate`` gathers those)."""
     config = getattr(model, "config", None)
     inner = getattr(model, "model", None)
     return (config is not None and getattr(config, "model_type", "") in SUPPORTED
             and not getattr(config, "use_sliding_window", False)
-            and hasattr(inner, "layers") and hasattr(inner, "rotary_emb") and hasattr(model, "lm_head"))
+            and hasattr(inner, "layers") and hasattr(inner, "rotary_emb") and hasattr(model, "lm_head")
+            and not _sharded(model))
+
+
+def _sharded(model) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) or hasattr(p, "ds_id") for p in model.parameters())
 
 
 MIN_SHARED_PREFIX = 32  # tokens: below this, one padded forward pass costs about as much

@@ -80,11 +80,14 @@ def gather(obj) -> list:
 def processes_summary(model, seen, seen_name: str) -> dict:
     """Gather, from every process, its weights' digest and the set ``seen`` of what it trained on; the
     summary that the main process records: the digests (all equal after a synchronous data-parallel
-    run), ``<seen_name>`` per process, and how many items every process saw (0: each had its own data)."""
-    ranks = gather({"digest": weights_digest(model), "seen": sorted(seen)})
+    run; None for a process that holds no whole model after sharded training), ``<seen_name>`` per
+    process, and how many items every process saw (0: each had its own data)."""
+    ranks = gather({"digest": weights_digest(model) if model is not None else None, "seen": sorted(seen)})
     sets = [set(map(str, r["seen"])) for r in ranks]
-    return {"count": len(ranks), "weight_digests": [r["digest"] for r in ranks],
-            "weights_agree": len({r["digest"] for r in ranks}) == 1,
+    digests = [r["digest"] for r in ranks]
+    return {"count": len(ranks), "weight_digests": digests,
+            # sharded training (ZeRO-3, FSDP): the weights were gathered on the main process only
+            "weights_agree": len(set(digests)) == 1 if None not in digests else None,
             seen_name: [len(x) for x in sets],
             f"{seen_name}_by_every_process": len(set.intersection(*sets))}
 

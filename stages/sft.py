@@ -136,7 +136,7 @@ def run_sft(ctx, cfg, *, rows: list[dict], model_ref: str, name: str = "checkpoi
     model, global_step, _ = fit(make_trainer, start, steps, model)
     seconds = time.time() - t0
     end_of_turn = tokenizer.convert_tokens_to_ids(CHAT_END)
-    if end_of_turn is not None and end_of_turn != tokenizer.unk_token_id:
+    if model is not None and end_of_turn is not None and end_of_turn != tokenizer.unk_token_id:
         # the model now ends its turn with <|im_end|>: generation (ours, TRL's, vLLM's) must stop there
         model.generation_config.eos_token_id = list(dict.fromkeys([tokenizer.eos_token_id, end_of_turn]))
     processes = processes_summary(model, audit.seen if audit else set(), "rows_seen")

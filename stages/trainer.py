@@ -342,12 +342,81 @@ def fit(make_trainer: Callable[[], object], start: Start, steps: int, model):
     trainer = make_trainer()
     with timed("training"):
         trainer.train(resume_from_checkpoint=str(start.resume_from) if start.resume_from else None)
-    return merged(trainer.accelerator.unwrap_model(trainer.model)), trainer.state.global_step, trainer
+    unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+    if not is_sharded(unwrapped):  # every process holds the whole model (one process, DDP, ZeRO-1/2)
+        return merged(unwrapped), trainer.state.global_step, trainer
+    # ZeRO-3 or FSDP: each process holds a shard; the whole model exists only once gathered (a collective)
+    state = full_state_dict(trainer)
+    model = plain_model(unwrapped, state).to(trainer.args.device) if is_main() else None
+    return model, trainer.state.global_step, trainer
+
+
+# ---------------------------------------------------------------------------------------------
+# Sharded models (ZeRO-3, FSDP): gathered before they are saved
+# ---------------------------------------------------------------------------------------------
+
+
+def is_sharded(model) -> bool:
+    """Whether ``model``'s parameters are partitioned over the processes: DeepSpeed ZeRO-3 placeholders
+    (``ds_id``) or FSDP2 DTensors. Read from the parameters, not from the launch, so no path can save a
+    shard as if it were the model."""
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) or hasattr(p, "ds_id") for p in model.parameters())
+
+
+def full_state_dict(trainer) -> dict:
+    """The whole model's weights, gathered on the main process (CPU tensors; other processes get what the
+    backend gives them, possibly nothing). Every process must call it: it is a collective.
+
+    ZeRO-3: accelerate's 16-bit gather from the DeepSpeed engine (``zero3_save_16bit_model``, set in
+    ``recipes/accelerate/zero3.yaml``); FSDP2: torch's full state dict (``get_model_state_dict``, what
+    accelerate calls), offloaded to the CPU."""
+    if getattr(trainer, "is_deepspeed_enabled", False):
+        return trainer.accelerator.get_state_dict(trainer.deepspeed)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(trainer.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def plain_model(unwrapped, state: dict):
+    """A fresh, unsharded copy of ``unwrapped``'s transformers model holding ``state`` (its full state
+    dict), with LoRA adapters merged by peft: what every stage saves and the next one loads. Built
+    without initialising weights (they are all overwritten), in the state's dtype."""
+    import contextlib
+    import copy
+
+    from transformers.initialization import no_init_weights
+
+    peft = hasattr(unwrapped, "peft_config")
+    base = unwrapped.get_base_model() if peft else unwrapped
+    cls = next(c for c in type(base).__mro__ if c.__module__.startswith("transformers"))  # not FSDP's subclass
+    dtype = next(iter(state.values())).dtype
+
+    @contextlib.contextmanager
+    def default_dtype(d):
+        old = torch.get_default_dtype()
+        torch.set_default_dtype(d)
+        try:
+            yield
+        finally:
+            torch.set_default_dtype(old)
+
+    with no_init_weights(), default_dtype(dtype):
+        fresh = cls(copy.deepcopy(base.config))
+    fresh.generation_config = copy.deepcopy(base.generation_config)
+    if peft:
+        from peft import get_peft_model
+
+        fresh = get_peft_model(fresh, unwrapped.peft_config[unwrapped.active_adapter])
+    fresh.load_state_dict(state, strict=True)
+    return merged(fresh)
 
 
 def save_final(model, tokenizer, final: Path) -> Path:
     """The final model (adapters merged) and tokenizer, written atomically by the main process; every
-    process waits until it is in place."""
+    process waits until it is in place. ``model`` is what :func:`fit` returned: whole on the main
+    process (gathered there when training was sharded; None on the others then)."""
     if is_main():
         save_model_atomically(merged(model), tokenizer, final)
     barrier()

@@ -1,11 +1,13 @@
 """Two CPU processes (gloo) through the project's launcher: a few GRPO steps (stage 1) and a few SFT
 steps (stage 2). Each process trains on its own data, the weights agree afterwards (and moved), and
-only the main process writes the manifest."""
+only the main process writes the manifest. The same two stages under FSDP2 (each process holds half of
+every decoder layer): the checkpoints are whole, load into a fresh model, and LoRA adapters merge."""
 
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -26,11 +28,19 @@ MICRO = [
 ]
 
 
-def launch(stage: str, sets: list[str]) -> subprocess.CompletedProcess:
+# FSDP2 as recipes/accelerate/fsdp.yaml sets it, on CPU processes: tests/fsdp_on_cpu/sitecustomize.py
+# lets accelerate shard on a CPU (it only does so on accelerators); the project's code runs unchanged.
+FSDP_ON_CPU = {"PYTHONPATH": os.path.join(REPO, "tests", "fsdp_on_cpu"), "R1_TEST_FSDP_ON_CPU": "1",
+               "ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "FSDP_AUTO_WRAP_POLICY": "TRANSFORMER_BASED_WRAP",
+               "FSDP_TRANSFORMER_CLS_TO_WRAP": "Qwen2DecoderLayer", "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT",
+               "FSDP_RESHARD_AFTER_FORWARD": "true"}
+
+
+def launch(stage: str, sets: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "scripts/launch", stage, "--recipe", "tiny", "--cpu", "--processes", "2"]
     for s in sets:
         cmd += ["--set", s]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MAIN_PROCESS_PORT": str(29600 + os.getpid() % 300)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MAIN_PROCESS_PORT": str(29600 + os.getpid() % 300), **(env or {})}
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -66,3 +76,45 @@ def test_two_processes_train_grpo_and_sft(small_base, tmp_path):
     assert sft["processes"]["count"] == 2 and sft["processes"]["weights_agree"]
     assert sft["steps"] == 2  # 8 rows / (2 per process × 2 processes), one epoch
     assert sft["processes"]["rows_seen"] == [4, 4] and sft["processes"]["rows_seen_by_every_process"] == 0
+
+
+def whole_checkpoint(path) -> dict:
+    """The tensors of a saved checkpoint, checked to be every weight of a fresh model of its config, none
+    empty (ZeRO-3 saves placeholders of size 0; a shard has the wrong shape)."""
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    path = Path(path)
+    saved = load_file(str(path / "model.safetensors"))
+    fresh = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
+    expected = {k: v.shape for k, v in fresh.state_dict().items()}
+    missing = set(expected) - set(saved)
+    assert missing <= {"lm_head.weight"} and (not missing or fresh.config.tie_word_embeddings), missing
+    assert all(saved[k].shape == expected[k] and saved[k].numel() > 0 for k in saved), "a shard or an empty tensor saved"
+    return saved
+
+
+def test_fsdp_two_processes_save_whole_checkpoints(small_base, tmp_path):
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    recipe, base = small_base
+    runs = tmp_path / "runs"
+    shutil.copytree(recipe.stage_dir("base"), runs / "tiny" / "base")
+    user = tmp_path / "user_cot.jsonl"
+    user.write_text("".join(json.dumps(r) + "\n" for r in USER_ROWS))
+    lora = "stage2.sft.lora={r: 4, alpha: 8, dropout: 0.0, target_modules: [q_proj, v_proj, gate_proj]}"
+    sets = [*SMALL, f"run_root={runs}", *MICRO, f"stage2.cold_start.user_dataset={{source: jsonl, name: {user}}}", lora]
+    before = weights_digest(AutoModelForCausalLM.from_pretrained(base.checkpoint))
+    for stage, key in (("stage1", "train"), ("stage2", "sft_checkpoint")):
+        p = launch(stage, sets, FSDP_ON_CPU)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        m = Manifest.load(runs / "tiny" / stage)
+        procs = m.data["metrics"][key]["processes"]
+        # sharded: the whole weights were gathered on the main process only
+        assert procs["count"] == 2 and procs["weights_agree"] is None and procs["weight_digests"][1] is None
+        whole_checkpoint(m.checkpoint)
+        reloaded = weights_digest(AutoModelForCausalLM.from_pretrained(m.checkpoint))
+        assert reloaded == procs["weight_digests"][0] != before  # what was gathered is what was saved; it trained
+        assert not any(f.name.startswith("adapter") for f in Path(m.checkpoint).iterdir())  # LoRA merged (stage 2)
