@@ -25,16 +25,17 @@ aime25      MathArena/aime_2025 : train          problem_idx 1–15 → AIME I, 
 amc23       math-ai/amc23 : test                 question → problem; 27.0 → "27"; id from url
 cmath       weitianwen/cmath : test              question → problem, golden → answer, lang "zh"
 mgsm        juletxara/mgsm (<lang>) : test       one config per language; answer_number → answer
-math        zzy1123/MATH_train_test_split        the PRM800K "12k" train split (MATH minus
-            : train                              MATH-500) with problem/solution/answer/subject/
-                                                 level/unique_id; the 2 rows whose answer is
-                                                 empty are dropped (11998 rows, as locally)
+math        local: the PRM800K "12k" train split (MATH minus MATH-500, 11998 rows; problem/
+            solution/answer/subject/level/unique_id). Hub: DigitalLearningGmbH/MATH-lighteval
+            (default) : train, the classic 7,500 MATH train problems (lighteval's copy); answer
+            = the last \\boxed{…} of the solution, id <split>/<type>/<index>.json
 ==========  ==================================  ================================================
 
-``math`` on the hub: the original ``hendrycks/competition_math`` is gone, and
-``EleutherAI/hendrycks_math`` has the classic 7.5k/5k split without MATH-500's exclusion, so we
-use a copy of PRM800K's ``math_splits/train.jsonl``. Local files are the reference; the hub copies
-are for users without them.
+``math`` on the hub: the original ``hendrycks/competition_math`` is gone, and no maintained copy of
+PRM800K's 12k split exists (only personal mirrors), so the hub fallback is the classic 7,500-problem
+MATH train split as Hugging Face's lighteval uses it. MATH-500 is drawn from MATH's *test* split, so
+the classic train split shares no problem with it; it is 4,498 problems smaller than the local file.
+Local files are the reference; the hub copies are for users without them.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from data.jsonl import iter_jsonl
+from data.templates import boxes
 
 __all__ = ["BENCHMARKS", "MGSM_LANGS", "Benchmark", "benchmark_names", "load_benchmark"]
 
@@ -100,14 +102,25 @@ def _gsm8k(row: dict, index: int, split: str, lang: str | None) -> dict:
 
 
 def _math(row: dict, index: int, split: str, lang: str | None) -> dict | None:
-    answer = str(row.get("answer") or "").strip()
+    """MATH-500 and the local MATH train file (``answer``, ``unique_id``), or the hub's classic MATH rows
+    (``problem``, ``solution``, ``type``, ``level`` "Level N", no ``answer``): the answer is then the last balanced
+    ``\\boxed{…}`` of the solution, the id ``<split>/<subject>/<row index>.json``."""
+    answer = str(row["answer"] if "answer" in row else _last_box(row.get("solution") or "")).strip()
     if not answer:
         return None
     out = dict(row)
-    out.update(id=row["unique_id"], problem=row["problem"], answer=answer)
-    if split == "train" and "/" in row["unique_id"]:
-        out.setdefault("orig_split", row["unique_id"].split("/", 1)[0])
+    unique_id = row.get("unique_id") or f"{split}/{str(row.get('type', 'math')).lower().replace(' ', '_')}/{index}.json"
+    out.update(id=unique_id, unique_id=unique_id, problem=row["problem"], answer=answer)
+    if "type" in row and "subject" not in row:
+        out["subject"] = row["type"]
+    if split == "train" and "/" in unique_id:
+        out.setdefault("orig_split", unique_id.split("/", 1)[0])
     return out
+
+
+def _last_box(solution: str) -> str:
+    spans = boxes(solution)
+    return solution[spans[-1][1]:spans[-1][2]] if spans else ""
 
 
 _AOPS_URL_RE = re.compile(r"(\d{4})_(AIME_I{1,2}|AMC_1[02][AB])_Problems/Problem_(\d+)")
@@ -223,8 +236,8 @@ BENCHMARKS: dict[str, Benchmark] = {
         Benchmark(
             "math",
             ("train",),
-            "zzy1123/MATH_train_test_split",
-            None,
+            "DigitalLearningGmbH/MATH-lighteval",
+            "default",
             {"train": "train"},
             _math,
             rows={"train": 11998},

@@ -73,7 +73,8 @@ def add_summary_tokens(tokenizer, model) -> list[int]:
     pieces = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in SUMMARY_TOKENS]
     tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in SUMMARY_TOKENS])
     ids = tokenizer.convert_tokens_to_ids(list(SUMMARY_TOKENS))
-    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    # a model padded past its tokenizer (base.architecture.embedding_rows) keeps its rows; the new ids fit in them
+    model.resize_token_embeddings(max(len(tokenizer), model.get_input_embeddings().num_embeddings), mean_resizing=False)
     emb = model.get_input_embeddings().weight
     with torch.no_grad():
         for new, old in zip(ids, pieces, strict=True):

@@ -131,14 +131,33 @@ class VLLMSampler:
     """
 
     def __init__(self, model_path: str, *, seed: int, tensor_parallel_size: int = 1,
+                 gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
                  trust_remote_code: bool = False):
         try:
             from vllm import LLM
         except ImportError:
             raise RuntimeError("the vLLM backend was requested but vllm is not installed; "
                                "on a GPU machine: pip install -e '.[gpu]'") from None
+        # gpu_memory_utilization: the share of the whole GPU vLLM may take (weights + KV cache); what is
+        # already on the GPU (a policy mid-stage) must fit in the rest, or vLLM refuses to start
         self.llm = LLM(model=model_path, tensor_parallel_size=tensor_parallel_size, seed=seed,
+                       gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
                        trust_remote_code=trust_remote_code)
+
+    def close(self) -> None:
+        """Shut the engine down and give its GPU memory back (the next phase loads a model)."""
+        import gc
+
+        import torch
+
+        engine = getattr(getattr(self, "llm", None), "llm_engine", None)
+        core = getattr(engine, "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
+        self.llm = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
     @timed_as("sampling")
     def __call__(self, prompts: list[str], *, n: int, temperature: float, top_p: float, max_new_tokens: int,
@@ -155,10 +174,12 @@ class VLLMSampler:
 
 
 def make_sampler(backend: str, *, model=None, tokenizer=None, model_path: str | None = None, seed: int = 0,
-                 batch_size: int = 64, tensor_parallel_size: int = 1, trust_remote_code: bool = False):
+                 batch_size: int = 64, tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
+                 max_model_len: int | None = None, trust_remote_code: bool = False):
     """A function ``(prompts, n=, temperature=, top_p=, max_new_tokens=, seed=, desc=) -> completions``."""
     if backend == "vllm":
         return VLLMSampler(model_path, seed=seed, tensor_parallel_size=tensor_parallel_size,
+                           gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
                            trust_remote_code=trust_remote_code)
     if backend != "transformers":
         raise ValueError(f"unknown generation backend {backend!r} (transformers or vllm)")

@@ -6,13 +6,17 @@ import os
 import random
 import resource
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
 
 from data.faults import fault_point
 from data.timing import timed_as
+
+T = TypeVar("T")
 
 
 def set_seed(seed: int) -> None:
@@ -66,6 +70,34 @@ def barrier() -> None:
     """Wait for every process (no-op for one process)."""
     if world_size() > 1 and torch.distributed.is_initialized():
         torch.distributed.barrier()
+
+
+def run_once(fn: Callable[..., T], *args, **kwargs) -> T:
+    """``fn(*args, **kwargs)`` on the main process only; every process gets its result (pickled and broadcast), or
+    the error it raised. Sampling and evaluation go through it: on 8 GPUs, 8 processes sampling the same
+    prompts would put 8 engines on the machine and do the work 8 times; the others wait (within
+    ``launch.timeout_minutes``)."""
+    if world_size() == 1 or not torch.distributed.is_initialized():
+        return fn(*args, **kwargs)
+    box: list = [None]
+    if is_main():
+        try:
+            box = [("ok", fn(*args, **kwargs))]
+        except Exception as e:  # noqa: BLE001 - re-raised on every process below
+            box = [("error", e)]
+    torch.distributed.broadcast_object_list(box, src=0)
+    status, value = box[0]
+    if status == "error":
+        raise value
+    return value
+
+
+def release(sampler) -> None:
+    """Free a sampler's engine (vLLM's GPU memory) before the next phase loads a model; a no-op for the
+    transformers sampler."""
+    close = getattr(sampler, "close", None)
+    if close is not None:
+        close()
 
 
 def gather(obj) -> list:
@@ -154,11 +186,16 @@ def load_model_and_tokenizer(path_or_id: str, *, device: torch.device, trust_rem
 
 def load_sampler(recipe, model_path: str, *, backend: str = "transformers", batch_size: int = 64):
     """``(sampler, tokenizer)`` for ``model_path`` (``eval.generate.make_sampler``'s sampler): vLLM's
-    offline engine, or the model loaded on the recipe's device."""
+    offline engine (``launch.vllm_*``: its share of the GPU, tensor parallelism, context; free it with
+    :func:`release`), or the model loaded on the recipe's device. Call it inside :func:`run_once`: one
+    engine, on the main process."""
     from eval.generate import make_sampler
 
     if backend == "vllm":
-        sampler = make_sampler("vllm", model_path=model_path, seed=recipe.seed, trust_remote_code=recipe.trust_remote_code)
+        launch = recipe.launch
+        sampler = make_sampler("vllm", model_path=model_path, seed=recipe.seed, trust_remote_code=recipe.trust_remote_code,
+                               tensor_parallel_size=launch.vllm_tensor_parallel,
+                               gpu_memory_utilization=launch.vllm_memory_fraction, max_model_len=launch.vllm_max_model_len)
         return sampler, load_tokenizer(model_path, trust_remote_code=recipe.trust_remote_code)
     model, tokenizer = load_model_and_tokenizer(model_path, device=pick_device(recipe.device),
                                                 trust_remote_code=recipe.trust_remote_code)

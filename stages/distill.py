@@ -58,7 +58,7 @@ from pathlib import Path
 from data.datasets import load_rows
 from data.jsonl import read_jsonl, read_jsonl_tolerant
 from data.templates import chat_user_message
-from stages.common import load_tokenizer, save_model_atomically, world_size
+from stages.common import load_tokenizer, run_once, save_model_atomically, world_size
 from stages.pretrain import pretrain_tiny
 from stages.rl import METRICS_NAME, evaluate, run_rl
 from stages.runner import model_ref
@@ -92,14 +92,14 @@ def run(ctx) -> Path:
         base = student_base(ctx, student)
         record = students.setdefault(student.name, {})
         if "eval_base" not in record:
-            record["eval_base"] = evaluate(recipe, None, None, eval_rows, ctx.dir / student.name / "eval_base", base,
-                                           prompt_template=EVAL_TEMPLATE)
+            record["eval_base"] = run_once(evaluate, recipe, None, None, eval_rows, ctx.dir / student.name / "eval_base",
+                                           base, prompt_template=EVAL_TEMPLATE)
             record["eval_base_samples"] = f"{student.name}/eval_base/samples.jsonl"
             m.save()
         sft_cfg = budget_sft(cfg, len(rows))
         sft = run_sft(ctx, sft_cfg, rows=rows, model_ref=base, name=f"{student.name}/sft")
         if "eval" not in record:
-            record["eval"] = evaluate(recipe, None, None, eval_rows, ctx.dir / student.name / "eval", str(sft),
+            record["eval"] = run_once(evaluate, recipe, None, None, eval_rows, ctx.dir / student.name / "eval", str(sft),
                                       prompt_template=EVAL_TEMPLATE)
             record["eval_samples"] = f"{student.name}/eval/samples.jsonl"
             m.save()
@@ -206,9 +206,13 @@ def student_base(ctx, student) -> str:
     student_recipe = dataclasses.replace(recipe, base=dataclasses.replace(base, architecture=arch, pretrain=pretrain))
     log.info("student %s: building a tiny base (hidden %d, %d layers, %d steps)", student.name, arch.hidden_size,
              arch.num_hidden_layers, pretrain.steps)
-    model, tokenizer, stats = pretrain_tiny(student_recipe, log=log.info)
-    save_model_atomically(model, tokenizer, target)
-    record["pretrain"] = {k: stats[k] for k in ("parameters", "pretrain_seconds", "loss_last_avg")}
+
+    def build():  # on the main process; the others wait and load what it saved
+        model, tokenizer, stats = pretrain_tiny(student_recipe, log=log.info)
+        save_model_atomically(model, tokenizer, target)
+        return {k: stats[k] for k in ("parameters", "pretrain_seconds", "loss_last_avg")}
+
+    record["pretrain"] = run_once(build)
     ctx.manifest.save()
     return str(target)
 

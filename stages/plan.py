@@ -49,11 +49,11 @@ def model_of(recipe, stage: str) -> Model:
             return Model(f"student {student.name} ({student.pretrained})",
                          student.parameters_b * 1e9 if student.parameters_b else None, student.vocab_size)
         a = student.architecture or recipe.base.architecture
-        return Model(f"student {student.name} (a tiny Qwen2)", _tiny_parameters(a), a.tokenizer_vocab_size,
+        return Model(f"student {student.name} (a tiny Qwen2)", _tiny_parameters(a), _tiny_vocab(a),
                      a.num_attention_heads)
     if recipe.base.pretrained is None:
         a = recipe.base.architecture
-        return Model("the tiny Qwen2 (built by the base stage)", _tiny_parameters(a), a.tokenizer_vocab_size,
+        return Model("the tiny Qwen2 (built by the base stage)", _tiny_parameters(a), _tiny_vocab(a),
                      a.num_attention_heads)
     b = recipe.base
     return Model(b.pretrained, b.parameters_b * 1e9 if b.parameters_b else None, b.vocab_size, b.attention_heads)
@@ -70,7 +70,11 @@ def _tiny_parameters(a) -> float:
     attn = a.hidden_size * head * (2 * a.num_attention_heads + 2 * a.num_key_value_heads)
     attn += head * (a.num_attention_heads + 2 * a.num_key_value_heads)  # q, k, v biases
     mlp = 3 * a.hidden_size * a.intermediate_size
-    return a.tokenizer_vocab_size * a.hidden_size + a.num_hidden_layers * (attn + mlp + 2 * a.hidden_size)
+    return _tiny_vocab(a) * a.hidden_size + a.num_hidden_layers * (attn + mlp + 2 * a.hidden_size)
+
+
+def _tiny_vocab(a) -> int:
+    return a.embedding_rows or a.tokenizer_vocab_size
 
 
 @dataclass
@@ -276,6 +280,8 @@ def launch_problems(recipe, stage: str, config: dict | None, config_name: str = 
             tp = cfg.setting("vllm_tensor_parallel_size")
             problems += _tensor_parallel_problems(f"{name}.trl.vllm_tensor_parallel_size", tp, model_of(recipe, stage),
                                                   launch.processes if cfg.setting("vllm_mode") == "colocate" else None)
+    problems += _tensor_parallel_problems("launch.vllm_tensor_parallel", launch.vllm_tensor_parallel,
+                                          model_of(recipe, stage), None)
     if launch.nodes > 1 and config.get("distributed_type") == "DEEPSPEED" and \
             ds.get("deepspeed_multinode_launcher") != "standard":
         problems.append(f"{config_name}: {launch.nodes} nodes under DeepSpeed need deepspeed_config."

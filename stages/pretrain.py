@@ -155,7 +155,11 @@ def pretrain_tiny(recipe, log=print):
     log(f"corpus: {n_docs} documents, {sum(len(p) + len(c) for p, c in rows) / n_docs:.1f} tokens each, "
         f"vocab {len(tokenizer)}, built in {time.time() - t0:.1f}s")
 
-    model = build_tiny_model(cfg.architecture, len(tokenizer), eos)
+    embedding_rows = cfg.architecture.embedding_rows
+    if embedding_rows is not None and embedding_rows < len(tokenizer):
+        raise ValueError(f"base.architecture.embedding_rows: {embedding_rows} is fewer than the tokenizer's "
+                         f"{len(tokenizer)} tokens")
+    model = build_tiny_model(cfg.architecture, embedding_rows or len(tokenizer), eos)
     model.set_attn_implementation(cfg.pretrain.attn_implementation)
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: Qwen2 {n_params / 1e6:.2f}M parameters")

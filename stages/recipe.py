@@ -107,6 +107,9 @@ class TinyArchitecture:
     intermediate_size: int = 512
     max_position_embeddings: int = 512
     tokenizer_vocab_size: int = 640
+    # the model's vocabulary (embedding and output rows), at least the tokenizer's; null: the tokenizer's.
+    # Qwen2.5 pads its 151,665 tokens to 151,936 rows; scripts/gpu_smoke.sh gives a small model those logits
+    embedding_rows: int | None = None
 
 
 @dataclass
@@ -737,10 +740,19 @@ class LaunchConfig:
     gpu_memory_gb: float = 80.0
     timeout_minutes: float = 30.0
     vllm_server_tensor_parallel: int = 1  # GPUs per model copy of ``trl vllm-serve`` (scripts/slurm.sbatch)
+    # vLLM's offline engine for evaluation and rejection sampling (on the main process): its share of the
+    # GPU (a policy may already be on it), GPUs per engine, and its context (null: the model's)
+    vllm_memory_fraction: float = 0.5
+    vllm_tensor_parallel: int = 1
+    vllm_max_model_len: int | None = None
 
     def __post_init__(self):
         if self.processes_per_node < 1 or self.nodes < 1:
             raise ValueError("launch: processes_per_node and nodes must be >= 1")
+        if not 0 < self.vllm_memory_fraction < 1:
+            raise ValueError(f"launch.vllm_memory_fraction: {self.vllm_memory_fraction} must be in (0, 1)")
+        if self.vllm_tensor_parallel < 1 or (self.vllm_max_model_len is not None and self.vllm_max_model_len < 1):
+            raise ValueError("launch.vllm_tensor_parallel and launch.vllm_max_model_len must be >= 1")
         if self.vllm_server_tensor_parallel < 1:
             raise ValueError(f"launch.vllm_server_tensor_parallel: {self.vllm_server_tensor_parallel} must be >= 1")
         if not self.timeout_minutes > 0:

@@ -62,6 +62,7 @@ from stages.common import (
     load_sampler,
     processes_summary,
     rank,
+    release,
     set_seed,
     world_size,
 )
@@ -546,6 +547,7 @@ def evaluate(recipe, model, tokenizer, rows: list[dict], out_dir: Path, model_pa
         sampler = make_sampler("transformers", model=model, tokenizer=tokenizer, batch_size=cfg.batch_size)
     summary = evaluate_rows(sampler, tokenizer, rows, cfg=cfg, seed=recipe.seed, out_dir=out_dir,
                             name="task_test", progress=False)
+    release(sampler)
     atomic_write_json(Path(out_dir) / "results.json", summary)
     return summary
 

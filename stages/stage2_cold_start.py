@@ -35,7 +35,7 @@ from data.jsonl import read_jsonl_tolerant, write_jsonl_atomic
 from eval.cold_start import DROP_REASONS, build_cold_start, candidate_from_rl, candidate_from_user
 from eval.rejection import rejection_sample
 from eval.runner import prompt_builder
-from stages.common import load_sampler
+from stages.common import load_sampler, release, run_once
 from stages.rl import CANDIDATES_NAME, evaluate
 from stages.runner import base_of, model_ref
 from stages.sft import run_sft
@@ -51,7 +51,7 @@ def run(ctx) -> Path:
     source = Path(ctx.parent.path).parent / CANDIDATES_NAME
     rl_rows = read_jsonl_tolerant(source)
     m.add_input_data("stage1_candidates", str(source), rows_used=len(rl_rows))
-    sampled = sample_stage1(ctx) if cfg.cold_start.sample is not None else []
+    sampled = run_once(sample_stage1, ctx) if cfg.cold_start.sample is not None else []
     candidates = [candidate_from_rl(r) for r in rl_rows + sampled]
     user_rows = []
     if cfg.cold_start.user_dataset is not None:
@@ -77,7 +77,8 @@ def run(ctx) -> Path:
     final = run_sft(ctx, cfg.sft, rows=rows, model_ref=base)
     if "eval_after" not in m.data["metrics"]:
         eval_rows, _, _ = load_rows(recipe.data.test, recipe)
-        summary = evaluate(recipe, None, None, eval_rows, ctx.dir / "eval_after", str(final), prompt_template="chat")
+        summary = run_once(evaluate, recipe, None, None, eval_rows, ctx.dir / "eval_after", str(final),
+                           prompt_template="chat")
         m.update_metrics(eval_after=summary)
         log.info("stage2 after SFT: pass@1 %.3f, readable %.2f, language mix %s", summary["pass@1"],
                  summary["readable_rate"], summary["language_mix_rate"])
@@ -95,6 +96,7 @@ def sample_stage1(ctx) -> list[dict]:
              cfg.samples_per_prompt, cfg.temperature)
     kept, drops, stats = rejection_sample(sampler, rows, prompt_builder("r1_zero", tokenizer), ctx.dir / "stage1_samples",
                                           cfg, seed=recipe.seed, log=log.info)
+    release(sampler)
     ctx.manifest.update_metrics(cold_start_sampling={**stats, "prompts": len(rows), "kept": len(kept),
                                                      "dropped": dict(drops)})
     return kept

@@ -62,7 +62,7 @@ from eval import judges as J
 from eval.rejection import DROP_REASONS, rejection_sample
 from eval.runner import prompt_builder
 from stages import rewards as R
-from stages.common import load_sampler, pick_device
+from stages.common import load_sampler, pick_device, release, run_once
 from stages.reward_model import RewardScorer, train_reward_model
 from stages.rl import reward_functions, run_rl
 from stages.runner import base_of, model_ref
@@ -150,11 +150,18 @@ def rejection_step(ctx, stage3_model: str) -> list[dict]:
         return read_jsonl(ctx.dir / "reasoning_sft.jsonl")
     rows, skipped, source = load_rows(cfg.prompts or recipe.data.train, recipe)
     m.add_input_data("rejection_prompts", source, rows_used=len(rows), skipped=skipped)
-    sampler, tokenizer = load_sampler(recipe, stage3_model, backend=cfg.backend, batch_size=cfg.batch_size)
     log.info("rejection sampling: %d prompts from %s × %d samples (T=%.2f), shards of %d prompts in %s",
              len(rows), source, cfg.samples_per_prompt, cfg.temperature, cfg.shard_size, out)
-    kept, drops, stats = rejection_sample(sampler, rows, prompt_builder("chat", tokenizer), out, cfg,
-                                          seed=recipe.seed, log=log.info)
+
+    def sample():
+        sampler, tokenizer = load_sampler(recipe, stage3_model, backend=cfg.backend, batch_size=cfg.batch_size)
+        try:
+            return rejection_sample(sampler, rows, prompt_builder("chat", tokenizer), out, cfg, seed=recipe.seed,
+                                    log=log.info)
+        finally:
+            release(sampler)
+
+    kept, drops, stats = run_once(sample)
     sft_rows = [{"id": r["id"], "task": "reasoning", "lang": r["lang"],
                  "messages": [{"role": "user", "content": chat_user_message(r["problem"])},
                               {"role": "assistant", "content": r["completion"].strip()}]} for r in kept]
@@ -248,13 +255,19 @@ def on_policy_pairs(recipe, policy: str, rows: list[dict], name: str, samples: i
 
 def sample_general(recipe, model_path: str, rows: list[dict], *, n: int, temperature: float, top_p: float,
                    desc: str) -> list[list[str]]:
-    """``n`` answers of ``model_path`` to each general prompt, asked as a plain user turn."""
-    sampler, tok = load_sampler(recipe, model_path, batch_size=recipe.eval.batch_size)
-    prompts = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False,
-                                       add_generation_prompt=True) for r in rows]
-    answers = sampler(prompts, n=n, temperature=temperature, top_p=top_p, max_new_tokens=recipe.eval.max_new_tokens,
-                      seed=recipe.seed, desc=desc, progress=False)
-    return [[c["text"] for c in cs] for cs in answers]
+    """``n`` answers of ``model_path`` to each general prompt, asked as a plain user turn (sampled on the
+    main process, shared with the others)."""
+
+    def answer():
+        sampler, tok = load_sampler(recipe, model_path, batch_size=recipe.eval.batch_size)
+        prompts = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False,
+                                           add_generation_prompt=True) for r in rows]
+        answers = sampler(prompts, n=n, temperature=temperature, top_p=top_p, max_new_tokens=recipe.eval.max_new_tokens,
+                          seed=recipe.seed, desc=desc, progress=False)
+        release(sampler)
+        return [[c["text"] for c in cs] for cs in answers]
+
+    return run_once(answer)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -347,6 +347,12 @@ def fit(make_trainer: Callable[[], object], start: Start, steps: int, model):
         return merged(unwrapped), trainer.state.global_step, trainer
     # ZeRO-3 or FSDP: each process holds a shard; the whole model exists only once gathered (a collective)
     state = full_state_dict(trainer)
+    if getattr(trainer, "is_deepspeed_enabled", False):
+        # transformers loads every later model into ZeRO-3 partitions (zero.Init, a collective) while the
+        # trainer's DeepSpeed config is registered: the evaluations that follow load on one process
+        from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+        unset_hf_deepspeed_config()
     model = plain_model(unwrapped, state).to(trainer.args.device) if is_main() else None
     return model, trainer.state.global_step, trainer
 

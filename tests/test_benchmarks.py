@@ -147,6 +147,13 @@ def test_math_adapters():
     train = BENCHMARKS["math"].adapter({**row, "unique_id": "train/algebra/9.json"}, 0, "train", None)
     assert train["orig_split"] == "train"
     assert BENCHMARKS["math"].adapter({**row, "answer": ""}, 0, "train", None) is None
+    # the hub's classic MATH rows (DigitalLearningGmbH/MATH-lighteval): no answer field, the last box is it
+    hub = {"problem": "p", "level": "Level 3", "type": "Number Theory",
+           "solution": "First $\\boxed{2}$ is wrong; so the answer is $\\boxed{\\frac{1}{2}}$."}
+    out = BENCHMARKS["math"].adapter(hub, 7, "train", None)
+    assert (out["answer"], out["id"], out["subject"]) == ("\\frac{1}{2}", "train/number_theory/7.json", "Number Theory")
+    assert BENCHMARKS["math"].adapter({**hub, "solution": "no box"}, 7, "train", None) is None
+    assert BENCHMARKS["math"].hub_id == "DigitalLearningGmbH/MATH-lighteval"
 
 
 def test_aime_and_amc_adapters():

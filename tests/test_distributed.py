@@ -36,6 +36,22 @@ FSDP_ON_CPU = {"PYTHONPATH": os.path.join(REPO, "tests", "fsdp_on_cpu"), "R1_TES
                "FSDP_RESHARD_AFTER_FORWARD": "true"}
 
 
+# DeepSpeed ZeRO-3 as recipes/accelerate/zero3.yaml sets it, on DeepSpeed's CPU accelerator (gloo). DeepSpeed is
+# in the GPU set only: the test runs where it imports, or from R1_TEST_DEEPSPEED_PATH (a `pip install --target`
+# folder of deepspeed and its pure-Python dependencies, without torch).
+ZERO3_ON_CPU = {"DS_ACCELERATOR": "cpu", "ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3",
+                "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL": "true", "ACCELERATE_DEEPSPEED_ZERO3_INIT": "false",
+                "ACCELERATE_MIXED_PRECISION": "no", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE": "none",
+                "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE": "none",
+                **({"PYTHONPATH": os.environ["R1_TEST_DEEPSPEED_PATH"]} if os.environ.get("R1_TEST_DEEPSPEED_PATH") else {})}
+
+
+def deepspeed_available() -> bool:
+    import importlib.util
+
+    return bool(os.environ.get("R1_TEST_DEEPSPEED_PATH")) or importlib.util.find_spec("deepspeed") is not None
+
+
 def launch(stage: str, sets: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "scripts/launch", stage, "--recipe", "tiny", "--cpu", "--processes", "2"]
     for s in sets:
@@ -77,6 +93,21 @@ def test_two_processes_train_grpo_and_sft(small_base, tmp_path):
     assert sft["steps"] == 2  # 8 rows / (2 per process × 2 processes), one epoch
     assert sft["processes"]["rows_seen"] == [4, 4] and sft["processes"]["rows_seen_by_every_process"] == 0
 
+    # the cold start's sampling ran once (on the main process) and gave the set one process gives
+    import stages.stage2_cold_start
+    from stages.recipe import load_recipe
+    from stages.runner import run_stage
+
+    one = load_recipe("tiny", sets)
+    run_stage(one, "stage2", stages.stage2_cold_start.run, stage_dir=tmp_path / "one" / "stage2",
+              parent_dir=runs / "tiny" / "stage1")
+    assert "cold start: sampling" in (runs / "tiny" / "stage2" / "stage.log").read_text()
+    assert "cold start: sampling" not in (runs / "tiny" / "stage2" / "stage.rank1.log").read_text()
+    two_kept = (runs / "tiny" / "stage2" / "cold_start.jsonl").read_text()
+    assert two_kept and two_kept == (tmp_path / "one" / "stage2" / "cold_start.jsonl").read_text()
+    shards = sorted(p.name for p in (runs / "tiny" / "stage2" / "stage1_samples").iterdir())
+    assert shards == sorted(p.name for p in (tmp_path / "one" / "stage2" / "stage1_samples").iterdir())
+
 
 def whole_checkpoint(path) -> dict:
     """The tensors of a saved checkpoint, checked to be every weight of a fresh model of its config, none
@@ -94,7 +125,9 @@ def whole_checkpoint(path) -> dict:
     return saved
 
 
-def test_fsdp_two_processes_save_whole_checkpoints(small_base, tmp_path):
+@pytest.mark.parametrize("backend", ["fsdp2", pytest.param("zero3", marks=pytest.mark.skipif(
+    not deepspeed_available(), reason="DeepSpeed is not installed (GPU set; or set R1_TEST_DEEPSPEED_PATH)"))])
+def test_sharded_two_processes_save_whole_checkpoints(small_base, tmp_path, backend):
     import shutil
 
     from transformers import AutoModelForCausalLM
@@ -108,7 +141,7 @@ def test_fsdp_two_processes_save_whole_checkpoints(small_base, tmp_path):
     sets = [*SMALL, f"run_root={runs}", *MICRO, f"stage2.cold_start.user_dataset={{source: jsonl, name: {user}}}", lora]
     before = weights_digest(AutoModelForCausalLM.from_pretrained(base.checkpoint))
     for stage, key in (("stage1", "train"), ("stage2", "sft_checkpoint")):
-        p = launch(stage, sets, FSDP_ON_CPU)
+        p = launch(stage, sets, FSDP_ON_CPU if backend == "fsdp2" else ZERO3_ON_CPU)
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
         m = Manifest.load(runs / "tiny" / stage)
         procs = m.data["metrics"][key]["processes"]
@@ -118,3 +151,12 @@ def test_fsdp_two_processes_save_whole_checkpoints(small_base, tmp_path):
         reloaded = weights_digest(AutoModelForCausalLM.from_pretrained(m.checkpoint))
         assert reloaded == procs["weight_digests"][0] != before  # what was gathered is what was saved; it trained
         assert not any(f.name.startswith("adapter") for f in Path(m.checkpoint).iterdir())  # LoRA merged (stage 2)
+
+
+def test_gpu_smoke_script_rehearses_on_cpu():
+    """scripts/gpu_smoke.sh, kept ready for a GPU: its sequence (base, 2 GRPO steps, save and reload, an
+    evaluation of 8 problems, 2 SFT steps) and every check it prints, run on the CPU."""
+    p = subprocess.run(["bash", "scripts/gpu_smoke.sh", "--cpu"], cwd=REPO, capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    checks = [line for line in p.stdout.splitlines() if line.startswith("gpu_smoke: ok")]
+    assert p.returncode == 0 and len(checks) == 6 and "gpu_smoke: all checks passed" in p.stdout, p.stdout[-3000:] + p.stderr[-2000:]
