@@ -282,6 +282,9 @@ def launch_problems(recipe, stage: str, config: dict | None, config_name: str = 
                                                   launch.processes if cfg.setting("vllm_mode") == "colocate" else None)
     problems += _tensor_parallel_problems("launch.vllm_tensor_parallel", launch.vllm_tensor_parallel,
                                           model_of(recipe, stage), None)
+    if config.get("distributed_type") == "FSDP" and (config.get("fsdp_config") or {}).get("fsdp_version") != 2:
+        problems.append(f"{config_name}: FSDP version 1 (flat parameters): the project gathers and saves FSDP2's "
+                        "DTensors and ZeRO-3's partitions only; set fsdp_config.fsdp_version: 2")
     if launch.nodes > 1 and config.get("distributed_type") == "DEEPSPEED" and \
             ds.get("deepspeed_multinode_launcher") != "standard":
         problems.append(f"{config_name}: {launch.nodes} nodes under DeepSpeed need deepspeed_config."

@@ -107,6 +107,7 @@ def test_launch_problems():
     two_nodes = load_recipe("qwen2.5-math-7b", ["launch.nodes=2"])
     assert "deepspeed_multinode_launcher: standard" in launch_problems(
         two_nodes, "stage1", {"distributed_type": "DEEPSPEED", "deepspeed_config": {}})[0]
+    assert "FSDP version 1" in launch_problems(r, "stage1", {"distributed_type": "FSDP", "fsdp_config": {}})[0]
     tp3 = load_recipe("qwen2.5-math-7b", ["stage1.trl.vllm_tensor_parallel_size=3"])
     assert [p.split(" (")[0] for p in launch_problems(tp3, "stage1", None)] == [
         "stage1.trl.vllm_tensor_parallel_size 3 does not divide the model's 28 attention heads",
