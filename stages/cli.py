@@ -21,7 +21,7 @@ from pathlib import Path
 
 from stages.manifest import MANIFEST_NAME, Manifest, ManifestError
 from stages.recipe import RecipeError, load_recipe
-from stages.runner import STAGES
+from stages.runner import STAGES, running_pid
 
 
 def _stage_args(p: argparse.ArgumentParser) -> None:
@@ -106,11 +106,12 @@ def cmd_stage(args) -> int:
 def launch_refusal(recipe, command: str) -> str | None:
     """Why ``r1 <command>`` may not run here: a recipe whose ``launch`` asks for several processes, run
     as one process (a plain ``r1 stage1``), would train on one GPU what was planned for many, with the
-    batch arithmetic of another run; the message gives the command that launches it as planned."""
+    batch arithmetic of another run; the message gives the command that launches it as planned. The base
+    stage trains nothing on a real recipe (it registers the model) and runs in one process anywhere."""
     from stages.common import world_size
 
     launch = recipe.launch
-    if world_size() > 1 or launch.processes == 1:
+    if world_size() > 1 or launch.processes == 1 or command == "base":
         return None
     how = (f"scripts/launch {command} --recipe {recipe.name} [--set …]" if command != "pipeline" else
            f"each stage with scripts/launch <stage> --recipe {recipe.name} (make stage1 … RECIPE={recipe.name})")
@@ -135,13 +136,15 @@ def cmd_status(args) -> int:
     print(f"run {run_dir}")
     for stage in [*STAGES, "eval"]:
         path = run_dir / stage / MANIFEST_NAME
+        pid = running_pid(run_dir / stage)
+        running = f" (RUNNING now, process {pid})" if pid else ""
         if not path.exists():
-            print(f"  {stage:8s} —")
+            print(f"  {stage:8s} —{running}")
             continue
         try:
             m = Manifest.load(path)
         except ManifestError as e:
-            print(f"  {stage:8s} UNREADABLE: {e}")
+            print(f"  {stage:8s} UNREADABLE{running}: {e}")
             continue
         bad = m.verify_checkpoint() if m.status == "complete" else []
         metrics = m.data.get("metrics", {})
@@ -149,7 +152,7 @@ def cmd_status(args) -> int:
         extra = f" pass@1={probe['pass@1']:.3f}" if "pass@1" in probe else ""
         wall = f" {metrics['wall_seconds']:.0f}s" if "wall_seconds" in metrics else ""
         resumes = f" resumed×{len(m.data.get('resumes', []))}" if m.data.get("resumes") else ""
-        state = m.status + (" (CHECKPOINT CHANGED)" if bad else "")
+        state = m.status + (" (CHECKPOINT CHANGED)" if bad else "") + running
         print(f"  {stage:8s} {state:9s}{wall}{extra}{resumes}  {m.checkpoint or m.data['output'].get('model_ref') or ''}")
     return 0
 

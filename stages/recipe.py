@@ -639,6 +639,10 @@ class StudentSpec:
     architecture: TinyArchitecture | None = None
     pretrain_steps: int | None = None
 
+    def __post_init__(self):
+        if not self.name or self.name in (".", "..") or any(c in self.name for c in "/\\\0"):
+            raise ValueError(f"student name {self.name!r} must be a plain folder name: it names distill/<name>/")
+
 
 @dataclass
 class DistillSFTSpec(SFTSpec):
@@ -782,6 +786,11 @@ class Recipe:
     findings: FindingsConfig = field(default_factory=FindingsConfig)
     passk: PassKConfig = field(default_factory=PassKConfig)
     launch: LaunchConfig = field(default_factory=LaunchConfig)
+
+    def __post_init__(self):
+        if not self.name or self.name in (".", "..") or any(c in self.name for c in "/\\\0"):
+            raise ValueError(f"name: {self.name!r} must be a plain folder name (no path separators, not . or ..): "
+                             "it names the run folder <run_root>/<name>")
 
     def stage_dir(self, stage: str) -> Path:
         root = Path(self.run_root)

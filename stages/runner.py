@@ -4,7 +4,11 @@
 
 - A stage whose manifest is already ``complete`` is not run again unless ``restart`` is given.
 - An incomplete run (``running`` after a crash or SIGKILL, or ``failed``) is resumed by default,
-  and the resume is recorded in the manifest; ``restart`` discards it and starts over.
+  and the resume is recorded in the manifest; ``restart`` starts over: the previous run is moved aside
+  (``.<stage>.previous``, only ever inside the run folder), deleted when the new run completes and put
+  back if it fails.
+- One run per stage folder: the main process holds an ``flock`` on ``.<stage>.lock`` (with its PID);
+  a second run of the same folder refuses, naming that process; ``r1 status`` shows it running.
 - Any exception marks the manifest ``failed`` with the error, then propagates. A SIGKILL leaves
   ``running``: never ``complete``, because ``complete`` is the last thing a stage writes.
 - Before the body, the stage fixes torch's thread count to the cores other processes leave free
@@ -88,6 +92,15 @@ def run_stage(recipe, stage: str, body: Callable[[StageContext], Path | str | No
     parent_stage = STAGES[stage][1]
     init_distributed(recipe.launch.timeout_minutes)
     stage_dir = Path(stage_dir) if stage_dir is not None else recipe.stage_dir(stage)
+    if is_main():
+        lock_stage(stage_dir)  # a second run of the same stage folder refuses, naming the first one's process
+    try:
+        return _run_locked(recipe, stage, body, stage_dir, parent_stage, restart, parent_dir, reuse)
+    finally:
+        unlock_stage(stage_dir)
+
+
+def _run_locked(recipe, stage, body, stage_dir: Path, parent_stage, restart, parent_dir, reuse) -> Manifest:
     if parent_stage:
         parent = require_parent(Path(parent_dir) if parent_dir is not None else recipe.stage_dir(parent_stage),
                                 parent_stage, parent_stage)
@@ -109,8 +122,13 @@ def run_stage(recipe, stage: str, body: Callable[[StageContext], Path | str | No
         if is_main():
             remove_temporaries(stage_dir)
     elif restart and stage_dir.exists() and is_main():
-        log.info("%s: --restart: discarding %s", stage, stage_dir)
-        shutil.rmtree(stage_dir)
+        # not deleted yet: moved aside to .<stage>.previous, deleted once the new run completes, and put
+        # back if it fails (a restart given a bad dataset or model loses nothing)
+        aside = previous_dir(stage_dir)
+        inside_run_folder(stage_dir, recipe)
+        log.info("%s: --restart: moving the previous run aside to %s until this one completes", stage, aside)
+        shutil.rmtree(aside, ignore_errors=True)
+        stage_dir.rename(aside)
     barrier()
 
     setup_logging(stage_dir / ("stage.log" if is_main() else f"stage.rank{rank()}.log"))
@@ -131,6 +149,11 @@ def run_stage(recipe, stage: str, body: Callable[[StageContext], Path | str | No
     except BaseException as e:  # KeyboardInterrupt too: the run is incomplete, say so
         manifest.data["metrics"]["wall_seconds"] = time.time() - t0
         manifest.fail(f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}")
+        aside = previous_dir(stage_dir)
+        if restart and is_main() and aside.exists():  # the restart failed: the previous run comes back
+            log.error("%s: the restarted run failed (%s); restoring the previous run from %s", stage, e, aside)
+            shutil.rmtree(stage_dir, ignore_errors=True)
+            aside.rename(stage_dir)
         raise
     wall = time.time() - t0
     kinds = timing.snapshot()
@@ -144,8 +167,82 @@ def run_stage(recipe, stage: str, body: Callable[[StageContext], Path | str | No
     else:
         manifest.complete(output)
     log.info("%s: complete → %s", stage, manifest_path)
+    if is_main() and previous_dir(stage_dir).exists():
+        shutil.rmtree(previous_dir(stage_dir), ignore_errors=True)  # the run --restart replaced
     barrier()  # the other processes leave only once the main one has written everything
     return manifest
+
+
+# -- One run per stage folder, and deletions inside the run folder only -------------------------------
+
+_locks: dict[Path, object] = {}
+
+
+class StageBusy(ValueError):
+    """Another process is running the same stage folder."""
+
+
+def lock_path(stage_dir: Path) -> Path:
+    return Path(stage_dir).parent / f".{Path(stage_dir).name}.lock"
+
+
+def previous_dir(stage_dir: Path) -> Path:
+    return Path(stage_dir).parent / f".{Path(stage_dir).name}.previous"
+
+
+def lock_stage(stage_dir: Path) -> None:
+    """Take the exclusive lock of ``stage_dir`` (an ``flock`` on ``.<stage>.lock`` beside it, holding the
+    PID), or raise :class:`StageBusy` naming the process that holds it. The kernel releases the lock when
+    the process ends, however it ends: a SIGKILL leaves no stale lock."""
+    import fcntl
+    import os
+
+    path = lock_path(stage_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held open for the stage's lifetime
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "?"
+        handle.close()
+        raise StageBusy(f"{stage_dir}: this stage is already running in process {holder} (lock {path}); wait for "
+                        "it to finish or stop it, then run again") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    _locks[Path(stage_dir)] = handle
+
+
+def unlock_stage(stage_dir: Path) -> None:
+    handle = _locks.pop(Path(stage_dir), None)
+    if handle is not None:
+        handle.close()  # releases the flock
+
+
+def running_pid(stage_dir: Path) -> str | None:
+    """The PID of the process running ``stage_dir`` now (its lock is held), else None."""
+    import fcntl
+
+    path = lock_path(stage_dir)
+    if not path.exists() or Path(stage_dir) in _locks:
+        return None
+    with open(path, encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return handle.read().strip() or "?"
+        return None
+
+
+def inside_run_folder(path: Path, recipe) -> None:
+    """Refuse to delete or move ``path`` unless it lies inside the recipe's run folder
+    (``<run_root>/<name>``): no recipe name or stage folder can point a deletion elsewhere."""
+    run_folder = recipe.stage_dir("base").parent.resolve()
+    target = Path(path).resolve()
+    if target == run_folder or run_folder not in target.parents:
+        raise ValueError(f"refusing to discard {target}: it is not inside the run folder {run_folder}")
 
 
 def remove_temporaries(stage_dir: Path) -> None:

@@ -1,6 +1,7 @@
 """Bad inputs get a clear error naming what is wrong, or are skipped and counted; nothing is lost."""
 
 import errno
+import os
 
 import pytest
 
@@ -52,3 +53,96 @@ def test_a_full_disk_during_save_leaves_no_partial_checkpoint(tmp_path):
         save_model_atomically(FullDisk(), None, target)
     assert (target / "model.safetensors").read_text() == "the previous checkpoint"
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint"]  # the partial .checkpoint.tmp is gone
+
+
+# -- one run per stage folder; --restart loses nothing; deletions stay inside the run folder ----------
+
+
+def _fake_stage(recipe, tmp_path, body, restart=False):
+    from stages.runner import run_stage
+
+    return run_stage(recipe, "base", body, restart=restart)
+
+
+def _written(text):
+    def body(ctx):
+        out = ctx.dir / "checkpoint"
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "weights.txt").write_text(text)
+        return out
+    return body
+
+
+def test_the_same_stage_twice_at_once_refuses_naming_the_process(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from stages.cli import main
+    from stages.recipe import load_recipe
+    from stages.runner import StageBusy, lock_path
+
+    recipe = load_recipe("tiny", [f"run_root={tmp_path}"])
+    stage_dir = recipe.stage_dir("base")
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from stages.runner import lock_stage; "
+                               f"lock_stage({str(stage_dir)!r}); print('locked', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert holder.stdout.readline().strip() == "locked"
+    with pytest.raises(StageBusy, match=f"already running in process {holder.pid}"):
+        _fake_stage(recipe, tmp_path, _written("second"))
+    assert not stage_dir.exists()  # the second run touched nothing
+    stage_dir.mkdir(parents=True)
+    (stage_dir / "manifest.json").write_text("{}")
+    import io
+    from contextlib import redirect_stdout
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        main(["status", str(stage_dir.parent)])
+    assert f"RUNNING now, process {holder.pid}" in out.getvalue()
+    holder.send_signal(signal.SIGKILL)  # the kernel releases the lock with the process
+    holder.wait()
+    time.sleep(0.1)
+    (stage_dir / "manifest.json").unlink()
+    assert _fake_stage(recipe, tmp_path, _written("third")).status == "complete"
+    assert lock_path(stage_dir).exists()
+
+
+def test_restart_moves_the_previous_run_aside_and_puts_it_back_if_the_new_one_fails(tmp_path):
+    from stages.recipe import load_recipe
+    from stages.runner import previous_dir
+
+    recipe = load_recipe("tiny", [f"run_root={tmp_path}"])
+    stage_dir = recipe.stage_dir("base")
+    assert _fake_stage(recipe, tmp_path, _written("first")).status == "complete"
+
+    def bad(ctx):
+        raise FileNotFoundError("no such file: missing.jsonl")  # e.g. a dataset path that does not exist
+
+    with pytest.raises(FileNotFoundError):
+        _fake_stage(recipe, tmp_path, bad, restart=True)
+    assert (stage_dir / "checkpoint" / "weights.txt").read_text() == "first"  # nothing lost
+    assert not previous_dir(stage_dir).exists()
+    assert _fake_stage(recipe, tmp_path, _written("second"), restart=True).status == "complete"
+    assert (stage_dir / "checkpoint" / "weights.txt").read_text() == "second"
+    assert not previous_dir(stage_dir).exists()  # deleted once the new run completed
+
+
+def test_names_cannot_point_outside_the_run_folder(tmp_path):
+    from stages.recipe import RecipeError, load_recipe
+    from stages.runner import inside_run_folder
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    for name in ("../../victim", "a/b", "..", ""):
+        with pytest.raises(RecipeError, match="must be a plain folder name"):
+            load_recipe("tiny", [f"run_root={tmp_path / 'runs'}", f"name={name!r}"])
+    with pytest.raises(RecipeError, match="student name"):
+        load_recipe("tiny", ["distill.students=[{name: ../x}]"])
+    recipe = load_recipe("tiny", [f"run_root={tmp_path / 'runs'}"])
+    with pytest.raises(ValueError, match="not inside the run folder"):
+        inside_run_folder(victim, recipe)
+    with pytest.raises(ValueError, match="not inside the run folder"):
+        inside_run_folder(recipe.stage_dir("base").parent, recipe)  # the run folder itself neither
+    assert victim.exists()

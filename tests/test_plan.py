@@ -144,6 +144,9 @@ def test_a_multi_process_recipe_is_not_run_as_one_process(capsys, monkeypatch):
     assert main(["stage1", "--recipe", "qwen2.5-math-7b"]) == 2
     assert "launch asks for 8 process(es) per node × 1 node(s) (zero3), and this is one process. Run scripts/launch " \
            "stage1 --recipe qwen2.5-math-7b" in capsys.readouterr().err
+    from stages.cli import launch_refusal
+
+    assert launch_refusal(load_recipe("qwen2.5-math-7b"), "base") is None  # registers the model: one process
 
 
 def test_one_process_launches_r1_itself():
