@@ -146,6 +146,9 @@ def cmd_status(args) -> int:
         except ManifestError as e:
             print(f"  {stage:8s} UNREADABLE{running}: {e}")
             continue
+        if m.stage != stage:
+            print(f"  {stage:8s} WRONG STAGE{running}: {path} says it is stage {m.stage!r}")
+            continue
         bad = m.verify_checkpoint() if m.status == "complete" else []
         metrics = m.data.get("metrics", {})
         probe = metrics.get("probe") or metrics.get("eval_after") or {}

@@ -55,11 +55,14 @@ def sha256_file(path: Path) -> str:
 def hash_checkpoint(directory: Path) -> dict[str, str]:
     """sha256 of every file in a checkpoint folder (relative path → hash), hidden files excluded."""
     directory = Path(directory)
-    return {
-        str(p.relative_to(directory)): sha256_file(p)
-        for p in sorted(directory.rglob("*"))
-        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(directory).parts)
-    }
+    return {name: sha256_file(directory / name) for name in hash_checkpoint_names(directory)}
+
+
+def hash_checkpoint_names(directory: Path) -> list[str]:
+    """The files :func:`hash_checkpoint` hashes: every file, hidden ones excluded, relative paths."""
+    directory = Path(directory)
+    return [str(p.relative_to(directory)) for p in sorted(directory.rglob("*"))
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(directory).parts)]
 
 
 def library_versions() -> dict[str, str | None]:
@@ -163,6 +166,9 @@ class Manifest:
             raise ManifestError(f"{path}: schema_version {data['schema_version']} is not {SCHEMA_VERSION}")
         if data["status"] not in STATUSES:
             raise ManifestError(f"{path}: unknown status {data['status']!r}")
+        problem = schema_problem(data)
+        if problem:
+            raise ManifestError(f"{path}: {problem}; re-run that stage (--restart)")
         return cls(path, data)
 
     # -- accessors ----------------------------------------------------------------------------
@@ -222,7 +228,7 @@ class Manifest:
     # -- checks -----------------------------------------------------------------------------
 
     def verify_checkpoint(self) -> list[str]:
-        """Files of the recorded checkpoint that are missing or changed (empty list: intact)."""
+        """Files of the recorded checkpoint that are missing, changed or not recorded (empty list: intact)."""
         ckpt = self.checkpoint
         if ckpt is None:
             return []
@@ -236,7 +242,36 @@ class Manifest:
                 problems.append(f"{rel} (missing)")
             elif sha256_file(f) != digest:
                 problems.append(f"{rel} (changed)")
-        return problems
+        unrecorded = sorted(set(hash_checkpoint_names(Path(ckpt))) - set(recorded))
+        return problems + [f"{rel} (not recorded in the manifest)" for rel in unrecorded]
+
+
+def schema_problem(data: dict) -> str | None:
+    """What in a parsed manifest breaks the shape every reader relies on, naming the field (None: fine).
+    A complete stage with a checkpoint must record its files: an empty list would verify anything."""
+    def kind(value) -> str:
+        return "null" if value is None else type(value).__name__
+
+    if not isinstance(data.get("stage"), str):
+        return f"field 'stage' must be a string, got {kind(data.get('stage'))}"
+    output = data.get("output")
+    if not isinstance(output, dict):
+        return f"field 'output' must be a mapping, got {kind(output)}"
+    if not isinstance(output.get("checkpoint"), str | None):
+        return f"field 'output.checkpoint' must be a path or null, got {kind(output.get('checkpoint'))}"
+    files = output.get("files")
+    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        return f"field 'output.files' must be a mapping of file → sha256, got {kind(files)}"
+    if data["status"] == "complete" and output.get("checkpoint") is not None and not files:
+        return "field 'output.files' is empty for a complete stage with a checkpoint: nothing could be verified"
+    for key in ("metrics", "inputs"):
+        if not isinstance(data.get(key), dict):
+            return f"field {key!r} must be a mapping, got {kind(data.get(key))}"
+    if not isinstance(data.get("parent"), dict | None):
+        return f"field 'parent' must be a mapping or null, got {kind(data.get('parent'))}"
+    if not isinstance(data.get("resumes", []), list):
+        return f"field 'resumes' must be a list, got {kind(data.get('resumes'))}"
+    return None
 
 
 def require_parent(stage_dir: Path, expected_stage: str, make_target: str) -> Manifest:

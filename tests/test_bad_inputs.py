@@ -146,3 +146,56 @@ def test_names_cannot_point_outside_the_run_folder(tmp_path):
     with pytest.raises(ValueError, match="not inside the run folder"):
         inside_run_folder(recipe.stage_dir("base").parent, recipe)  # the run folder itself neither
     assert victim.exists()
+
+
+# -- manifests: valid JSON of the wrong shape, empty file lists, unrecorded files, relabelled stages ------
+
+
+@pytest.mark.parametrize("tamper, field", [
+    (lambda d: d.update(output=None), "'output' must be a mapping, got null"),
+    (lambda d: d.pop("output"), "'output' must be a mapping, got null"),
+    (lambda d: d["output"].update(files=None), "'output.files' must be a mapping of file → sha256, got null"),
+    (lambda d: d.update(metrics=[]), "'metrics' must be a mapping, got list"),
+    (lambda d: d["output"].update(files={}), "'output.files' is empty for a complete stage with a checkpoint"),
+])
+def test_a_manifest_of_the_wrong_shape_is_refused_naming_the_field(tmp_path, capsys, tamper, field):
+    import io
+    import json
+    from contextlib import redirect_stdout
+
+    from stages.recipe import load_recipe
+
+    recipe = load_recipe("tiny", [f"run_root={tmp_path}"])
+    _fake_stage(recipe, tmp_path, _written("w"))
+    path = recipe.stage_dir("base") / "manifest.json"
+    data = json.loads(path.read_text())
+    tamper(data)
+    path.write_text(json.dumps(data))
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["status", str(recipe.stage_dir("base").parent)]) == 0
+    assert f"base     UNREADABLE: {path}: field {field}" in out.getvalue()
+    assert "distill_rl" in out.getvalue()  # status went on past the bad stage
+    assert main(["stage1", "--recipe", "tiny", "--set", f"run_root={tmp_path}"]) == 2
+    assert f"field {field}" in capsys.readouterr().err  # a clear error, no traceback
+
+
+def test_unrecorded_files_and_relabelled_manifests_are_reported(tmp_path):
+    import io
+    from contextlib import redirect_stdout
+
+    from stages.manifest import Manifest
+    from stages.recipe import load_recipe
+
+    recipe = load_recipe("tiny", [f"run_root={tmp_path}"])
+    m = _fake_stage(recipe, tmp_path, _written("w"))
+    assert m.verify_checkpoint() == []
+    (recipe.stage_dir("base") / "checkpoint" / "extra.bin").write_bytes(b"x")
+    assert Manifest.load(m.path).verify_checkpoint() == ["extra.bin (not recorded in the manifest)"]
+    (recipe.stage_dir("stage1")).mkdir()
+    (recipe.stage_dir("stage1") / "manifest.json").write_text(m.path.read_text())  # base's manifest, as stage 1's
+    out = io.StringIO()
+    with redirect_stdout(out):
+        main(["status", str(recipe.stage_dir("base").parent)])
+    assert "base     complete (CHECKPOINT CHANGED)" in out.getvalue()
+    assert "stage1   WRONG STAGE" in out.getvalue()
