@@ -48,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="evaluate a model on benchmarks and/or the task world")
     ev.add_argument("--model", help="checkpoint folder or hub id (default: the recipe's latest complete stage)")
     ev.add_argument("--bench", default="task", help="comma-separated: task,gsm8k,math500,aime24,aime25,amc23,cmath,mgsm")
-    ev.add_argument("--k", type=int, help="samples per problem (default: recipe eval.k)")
-    ev.add_argument("--limit", type=int, help="problems per benchmark (default: all; task: the recipe's data.test)")
+    ev.add_argument("--k", type=positive_int, help="samples per problem (default: recipe eval.k)")
+    ev.add_argument("--limit", type=positive_int, help="problems per benchmark (default: all; task: the recipe's data.test)")
     ev.add_argument("--split", choices=["test", "val"], default="test",
                     help="the task world's split for bench 'task': test (reported figures) or val (choosing settings)")
     ev.add_argument("--out", help="output folder (default: <model>/eval, or runs/<recipe>/eval/<id>)")
@@ -77,6 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="print the chain of stage manifests of a run")
     st.add_argument("run_dir", nargs="?", help="runs/<recipe> (default: runs/tiny)")
     return parser
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def cmd_stage(args) -> int:

@@ -24,6 +24,7 @@ import difflib
 import functools
 import hashlib
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -167,6 +168,15 @@ class PretrainConfig:
     pack_length: int = 256  # tokens per packed row (batching: packed)
     log_every: int = 25
 
+    def __post_init__(self):
+        for name in ("steps", "batch_size", "pack_length", "log_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"base.pretrain.{name} must be >= 1, got {getattr(self, name)}")
+        if not self.learning_rate > 0 or self.warmup_steps < 0 or self.weight_decay < 0 or not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError("base.pretrain: need learning_rate > 0, warmup_steps >= 0, weight_decay >= 0 and "
+                             f"0 <= min_lr_ratio <= 1; got learning_rate {self.learning_rate}, warmup_steps "
+                             f"{self.warmup_steps}, weight_decay {self.weight_decay}, min_lr_ratio {self.min_lr_ratio}")
+
 
 @dataclass
 class BaseConfig:
@@ -199,6 +209,15 @@ class EvalConfig:
     benchmark_limit: int | None = None
     backend: Literal["transformers", "vllm"] = "transformers"
     prompt_template: Literal["r1_zero", "chat"] = "r1_zero"
+
+    def __post_init__(self):
+        for name in ("k", "max_new_tokens", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"eval.{name} must be >= 1, got {getattr(self, name)}")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise ValueError(f"eval: need temperature >= 0 and 0 < top_p <= 1, got {self.temperature}, {self.top_p}")
+        if self.benchmark_limit is not None and self.benchmark_limit < 1:
+            raise ValueError(f"eval.benchmark_limit must be >= 1 or null, got {self.benchmark_limit}")
 
 
 @dataclass
@@ -297,6 +316,31 @@ def trl_default(config: str, name: str) -> Any:
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
+# The ranges of TRL's numeric settings that TRL itself does not check, or checks only deep in a run:
+# (lowest, highest, whether the lowest is allowed); null is refused where TRL's default is a number.
+TRL_RANGES: dict[str, tuple[float, float, bool]] = {
+    "learning_rate": (0.0, math.inf, False),
+    "beta": (0.0, math.inf, True),
+    "epsilon": (0.0, math.inf, False),
+    "epsilon_high": (0.0, math.inf, False),
+    "delta": (0.0, math.inf, False),
+    "max_grad_norm": (0.0, math.inf, False),
+    "weight_decay": (0.0, math.inf, True),
+    "warmup_ratio": (0.0, 1.0, True),
+    "warmup_steps": (0.0, math.inf, True),
+    "num_iterations": (1.0, math.inf, True),
+    "save_steps": (0.0, math.inf, False),
+    "save_total_limit": (1.0, math.inf, True),
+    "logging_steps": (0.0, math.inf, False),
+    "temperature": (0.0, math.inf, False),
+    "top_p": (0.0, 1.0, False),
+    "vllm_gpu_memory_utilization": (0.0, 1.0, False),
+    "vllm_tensor_parallel_size": (1.0, math.inf, True),
+    "center_rewards_coefficient": (0.0, math.inf, True),
+}
+NULLABLE_TRL = {"save_total_limit", "top_p", "center_rewards_coefficient", "delta"}  # (epsilon_high: omit it for TRL's default)
+
+
 def trl_problem(config: str, key: str) -> str | None:
     """Why a ``trl:`` mapping of a ``config`` section may not hold ``key`` (None: it may)."""
     fields = trl_fields(config)
@@ -305,6 +349,20 @@ def trl_problem(config: str, key: str) -> str | None:
         return f"unknown {config} field" + (f" (did you mean {close[0]}?)" if close else "")
     if key in SET_BY_PROJECT:
         return f"set by the project from {SET_BY_PROJECT[key]}; set that instead"
+    return None
+
+
+def trl_value_problem(key: str, value: Any) -> str | None:
+    """Why ``value`` is outside the range of TRL setting ``key`` (:data:`TRL_RANGES`; None: inside)."""
+    if key in TRL_RANGES:
+        low, high, low_ok = TRL_RANGES[key]
+        if value is None:
+            return None if key in NULLABLE_TRL else "must be a number, got null"
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return f"must be a number, got {value!r}"
+        if not ((value >= low if low_ok else value > low) and value <= high):
+            bounds = f"{'>=' if low_ok else '>'} {low:g}" + (f" and <= {high:g}" if high != math.inf else "")
+            return f"must be {bounds}, got {value}"
     return None
 
 
@@ -332,7 +390,8 @@ class TrainerSection:
     trl: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
-        problems = [f"trl.{k}: {p}" for k in self.trl if (p := trl_problem(self.TRL_CONFIG, k))]
+        problems = [f"trl.{k}: {p}" for k, v in self.trl.items()
+                    if (p := trl_problem(self.TRL_CONFIG, k) or trl_value_problem(k, v))]
         if problems:
             raise RecipeError("; ".join(problems))
 
@@ -430,6 +489,9 @@ class RLConfig(TrainerSection):
                             f"{self.trl.get('temperature')}")
         if not self.rewards:
             problems.append("rewards is empty")
+        negative = {k: w for k, w in self.rewards.items() if isinstance(w, bool) or not isinstance(w, int | float) or w < 0}
+        if negative:
+            problems.append(f"reward weights must be numbers >= 0, got {negative}")
         unknown = sorted(set(self.rewards) - set(REWARD_NAMES))
         if unknown:
             problems.append(f"unknown reward {unknown[0]!r} (known: {', '.join(REWARD_NAMES)})")

@@ -1,5 +1,6 @@
 """Recipes: unknown keys and wrong types are refused with the file and key named; overrides apply."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,35 @@ def test_bf16_autocast_is_auto_true_or_false_and_auto_follows_the_cpu():
         load_recipe("tiny", ["base.pretrain.bf16_autocast=fast"])
     assert use_bf16_autocast("auto") is bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     assert use_bf16_autocast(True) is True and use_bf16_autocast(False) is False
+
+
+@pytest.mark.parametrize("override, message", [
+    ("stage1.trl.beta=-1", "stage1: trl.beta: must be >= 0, got -1"),
+    ("stage1.trl.epsilon=-0.2", "stage1: trl.epsilon: must be > 0, got -0.2"),
+    ("stage1.trl.epsilon_high=null", "stage1: trl.epsilon_high: must be a number, got null"),
+    ("stage3.trl.learning_rate=-1", "stage3: trl.learning_rate: must be > 0, got -1"),
+    ("stage1.rewards.accuracy=-5", "reward weights must be numbers >= 0, got {'accuracy': -5.0}"),
+    ("stage4.sft.trl.save_total_limit=-1", "trl.save_total_limit: must be >= 1, got -1"),
+    ("eval.k=0", "eval.k must be >= 1, got 0"),
+    ("base.pretrain.batch_size=0", "base.pretrain.batch_size must be >= 1, got 0"),
+    ("base.pretrain.steps=0", "base.pretrain.steps must be >= 1, got 0"),
+    ("base.pretrain.pack_length=0", "base.pretrain.pack_length must be >= 1, got 0"),
+    ("base.pretrain.learning_rate=-1", "need learning_rate > 0"),
+])
+def test_values_out_of_range_are_refused_by_the_whole_recipes_dry_run(override, message, capsys):
+    """Every numeric setting has its range, and any stage's dry run checks the whole recipe."""
+    from stages.cli import main
+
+    with pytest.raises(RecipeError, match=re.escape(message)):
+        load_recipe("tiny", [override])
+    assert main(["stage2", "--recipe", "tiny", "--set", override, "--dry-run"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_eval_counts_must_be_positive(capsys):
+    from stages.cli import main
+
+    for flag in (["--k", "0"], ["--limit", "0"], ["--limit", "-1"]):
+        with pytest.raises(SystemExit):
+            main(["eval", *flag])
+        assert "must be >= 1" in capsys.readouterr().err
