@@ -42,6 +42,37 @@ def check_tokenizer_round_trip(checkpoint: Path, sample_text: str) -> None:
         raise RuntimeError(f"tokenizer saved in {checkpoint} does not round-trip: {sample_text!r} → {back!r}")
 
 
+def check_pretrained(ref: str, *, trust_remote_code: bool) -> dict:
+    """Check that ``base.pretrained`` names a model whose config and tokenizer load (from local files
+    first, the hub only when they are not there and the hub is not offline), so that a misspelt id or a
+    folder that holds no model fails here, at registration, not in stage 1 after the hub's retries.
+    Returns what the manifest records of it."""
+    import os
+
+    from transformers import AutoConfig
+
+    def config(local_only: bool):
+        return AutoConfig.from_pretrained(ref, trust_remote_code=trust_remote_code, local_files_only=local_only)
+
+    try:
+        cfg = config(local_only=True)
+    except (OSError, ValueError) as e:
+        if Path(ref).exists():
+            raise ValueError(f"base.pretrained: {ref} is a folder but not a model ({e})") from None
+        if os.environ.get("HF_HUB_OFFLINE") == "1":
+            raise ValueError(f"base.pretrained: {ref}: not in the local cache, and the hub is offline "
+                             "(HF_HUB_OFFLINE=1)") from None
+        try:
+            cfg = config(local_only=False)
+        except (OSError, ValueError) as e2:
+            raise ValueError(f"base.pretrained: {ref}: not a model, locally or on the hub ({e2})") from None
+    try:
+        tokenizer = load_tokenizer(ref, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"base.pretrained: {ref}: its tokenizer does not load ({e})") from None
+    return {"model_type": cfg.model_type, "vocab_size": getattr(cfg, "vocab_size", None), "tokenizer_size": len(tokenizer)}
+
+
 def run(ctx) -> Path | str:
     """Stage body (see stages/runner.py): register a pretrained base, or build the tiny one."""
     recipe, m = ctx.recipe, ctx.manifest
@@ -49,6 +80,7 @@ def run(ctx) -> Path | str:
         ref = recipe.base.pretrained
         check_model_ref(ref)
         log.info("base: registering pretrained model %s", ref)
+        m.update_metrics(registered=check_pretrained(ref, trust_remote_code=recipe.trust_remote_code))
         m.set_input_model(ref)
         return ref
 

@@ -199,3 +199,21 @@ def test_unrecorded_files_and_relabelled_manifests_are_reported(tmp_path):
         main(["status", str(recipe.stage_dir("base").parent)])
     assert "base     complete (CHECKPOINT CHANGED)" in out.getvalue()
     assert "stage1   WRONG STAGE" in out.getvalue()
+
+
+def test_a_base_that_is_not_a_model_fails_at_registration(tmp_path, capsys, monkeypatch):
+    """base.pretrained naming nothing, or a folder without a model, fails in the base stage with the
+    key named, not in stage 1 after the hub's retries; the base manifest is never complete."""
+    from stages.manifest import Manifest
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    not_a_model = tmp_path / "notes"
+    not_a_model.mkdir()
+    (not_a_model / "readme.txt").write_text("no model here")
+    for ref, message in (("nosuchorg/nosuchmodel", "not in the local cache, and the hub is offline"),
+                         (str(not_a_model), "is a folder but not a model")):
+        runs = tmp_path / ref.replace("/", "_")
+        assert main(["base", "--recipe", "tiny", "--set", f"run_root={runs}", "--set", f"base.pretrained={ref}"]) == 2
+        err = capsys.readouterr().err
+        assert f"base.pretrained: {ref}" in err and message in err, err
+        assert Manifest.load(runs / "tiny" / "base").status == "failed"
