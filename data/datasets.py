@@ -7,6 +7,7 @@ both in its manifest. Nothing is skipped silently, and an empty result is an err
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from pathlib import Path
 
@@ -46,6 +47,9 @@ def clean_rows(raw: list[dict], where: str, problem_field: str = "problem",
     rows, skipped, seen = [], Counter(), set()
     for i, r in enumerate(raw):
         problem, answer = r.get(problem_field), r.get(answer_field)
+        if isinstance(answer, float) and not math.isfinite(answer):  # JSON's NaN / Infinity: no answer at all
+            skipped[f"non-finite {answer_field} (NaN or infinity)"] += 1
+            continue
         if isinstance(answer, int | float) and not isinstance(answer, bool):
             answer = str(answer)
         if not isinstance(problem, str) or not problem.strip():
@@ -53,6 +57,9 @@ def clean_rows(raw: list[dict], where: str, problem_field: str = "problem",
             continue
         if not isinstance(answer, str) or not answer.strip():
             skipped[f"missing or empty {answer_field}"] += 1
+            continue
+        if "id" in r and not isinstance(r["id"], str | int) or isinstance(r.get("id"), bool):
+            skipped["id that is not a string or an integer (null, a list…)"] += 1
             continue
         rid = str(r.get("id", f"{where}#{i}"))
         if rid in seen:

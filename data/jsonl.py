@@ -32,6 +32,9 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
                     row = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise DataError(f"{path}:{n}: not valid JSON ({e.msg})") from None
+                except RecursionError:
+                    raise DataError(f"{path}:{n}: nested too deeply to read (a value inside thousands of "
+                                    "brackets)") from None
                 if not isinstance(row, dict):
                     raise DataError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
                 yield n, row

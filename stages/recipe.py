@@ -889,6 +889,8 @@ def load_recipe(name_or_path: str, overrides: list[str] | None = None) -> Recipe
     path = resolve_recipe_path(name_or_path)
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))  # safe: never constructs objects
+    except UnicodeDecodeError as e:
+        raise RecipeError(f"{path}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
     except yaml.YAMLError as e:
         raise RecipeError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(raw, dict):

@@ -217,3 +217,27 @@ def test_a_base_that_is_not_a_model_fails_at_registration(tmp_path, capsys, monk
         err = capsys.readouterr().err
         assert f"base.pretrained: {ref}" in err and message in err, err
         assert Manifest.load(runs / "tiny" / "base").status == "failed"
+
+
+def test_inputs_that_escaped_the_clear_error_path(tmp_path):
+    """Deep nesting and a non-UTF-8 recipe give errors naming the file; NaN/Infinity golds and ids that
+    are not strings or integers are skipped and counted, not used as "nan" or "None"."""
+    from data.datasets import clean_rows
+    from data.jsonl import DataError, read_jsonl
+    from stages.recipe import RecipeError, load_recipe
+
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text('{"id": "a", "problem": ' + "[" * 200_000 + "]" * 200_000 + ', "answer": "1"}\n')
+    with pytest.raises(DataError, match=f"{deep}:1: nested too deeply"):
+        read_jsonl(deep)
+    bad_recipe = tmp_path / "latin1.yaml"
+    bad_recipe.write_bytes("name: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(RecipeError, match=f"{bad_recipe}: not valid UTF-8"):
+        load_recipe(str(bad_recipe))
+    raw = tmp_path / "golds.jsonl"
+    raw.write_text('{"id": "n", "problem": "p", "answer": NaN}\n{"id": "i", "problem": "p", "answer": Infinity}\n'
+                   '{"id": null, "problem": "p", "answer": "1"}\n{"id": null, "problem": "q", "answer": "2"}\n'
+                   '{"id": 7, "problem": "p", "answer": 3}\n')
+    rows, skipped = clean_rows(read_jsonl(raw), str(raw))
+    assert [(r["id"], r["answer"]) for r in rows] == [("7", "3")]
+    assert skipped == {"non-finite answer (NaN or infinity)": 2, "id that is not a string or an integer (null, a list…)": 2}
