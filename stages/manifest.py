@@ -52,6 +52,9 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+EVAL_OUTPUTS = "eval"  # `r1 eval --model <checkpoint>` writes its results in <checkpoint>/eval by default
+
+
 def hash_checkpoint(directory: Path) -> dict[str, str]:
     """sha256 of every file in a checkpoint folder (relative path → hash), hidden files excluded."""
     directory = Path(directory)
@@ -242,7 +245,9 @@ class Manifest:
                 problems.append(f"{rel} (missing)")
             elif sha256_file(f) != digest:
                 problems.append(f"{rel} (changed)")
-        unrecorded = sorted(set(hash_checkpoint_names(Path(ckpt))) - set(recorded))
+        # files added later, except what `r1 eval --model <checkpoint>` writes under eval/ (not loaded as the model)
+        unrecorded = sorted(n for n in set(hash_checkpoint_names(Path(ckpt))) - set(recorded)
+                            if not n.startswith(f"{EVAL_OUTPUTS}/"))
         return problems + [f"{rel} (not recorded in the manifest)" for rel in unrecorded]
 
 

@@ -190,6 +190,9 @@ def test_unrecorded_files_and_relabelled_manifests_are_reported(tmp_path):
     recipe = load_recipe("tiny", [f"run_root={tmp_path}"])
     m = _fake_stage(recipe, tmp_path, _written("w"))
     assert m.verify_checkpoint() == []
+    (recipe.stage_dir("base") / "checkpoint" / "eval").mkdir()
+    (recipe.stage_dir("base") / "checkpoint" / "eval" / "results.json").write_text("{}")  # r1 eval's own output
+    assert Manifest.load(m.path).verify_checkpoint() == []
     (recipe.stage_dir("base") / "checkpoint" / "extra.bin").write_bytes(b"x")
     assert Manifest.load(m.path).verify_checkpoint() == ["extra.bin (not recorded in the manifest)"]
     (recipe.stage_dir("stage1")).mkdir()

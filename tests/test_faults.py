@@ -5,7 +5,8 @@ and that no completed work was lost or done twice (no step logged twice, the rej
 base weights equal an uninterrupted run's).
 
 ``make faults`` runs all of them (marker ``faults``); the cases not marked ``slow`` are the quick
-subset that runs in CI. Stage 1's kill at a random instant is in test_stage1.py.
+subset that runs in CI: at least one kill in every stage and in each of stage 4's sub-steps (rejection
+sampling, the SFT on the mix, the reward models, the final RL) and in the distillation control. Stage 1's kill at a random instant is in test_stage1.py.
 """
 
 import json
@@ -204,9 +205,9 @@ def chain4(chain3):
     "write:shard-00001.jsonl",  # rejection sampling: the second shard's file, before its rename
     pytest.param("write:sft_mix.jsonl", marks=slow),
     pytest.param("generate@1", marks=slow),  # the SFT model's answers sampled for the reward models' pairs
-    pytest.param("optimizer_step@2", marks=slow),  # the SFT on the mix
-    pytest.param("save:rm_harmlessness", marks=slow),  # the second reward model
-    pytest.param("reward@2", marks=slow),  # the final RL's second step
+    "optimizer_step@2",  # the SFT on the mix
+    "save:rm_harmlessness",  # the second reward model
+    "reward@2",  # the final RL's second step
     pytest.param("write:manifest.json:complete", marks=slow),
 ])
 def test_stage4(chain4, tmp_path, fault):
@@ -232,7 +233,7 @@ def chain5(chain4):
     ("distill", "optimizer_step@1"),  # the student's SFT
     pytest.param("distill", "pretrain_step@4", marks=slow),  # the student's own pretraining
     pytest.param("distill", "save:sft", marks=slow),
-    pytest.param("distill_rl", "reward@1", marks=slow),
+    ("distill_rl", "reward@1"),
 ])
 def test_distill(chain5, tmp_path, stage, fault):
     root = copy_chain(chain5, tmp_path, "d", ("base", "stage1", "stage2", "stage3", "stage4"))
