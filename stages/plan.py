@@ -268,7 +268,7 @@ def launch_problems(recipe, stage: str, config: dict | None, config_name: str = 
     settings would make ``stage`` fail or train other than the recipe says; [] when nothing."""
     problems, config = [], config or {}
     ds = config.get("deepspeed_config") or {}
-    launch = recipe.launch
+    launch, model = recipe.launch, model_of(recipe, stage)
     for kind, name, cfg in trainers(recipe, stage):
         clip = ds.get("gradient_clipping")
         if clip is not None and str(clip) != "auto" and float(clip) != float(cfg.setting("max_grad_norm")):
@@ -278,10 +278,9 @@ def launch_problems(recipe, stage: str, config: dict | None, config_name: str = 
                 "value); remove gradient_clipping from the accelerate config (DeepSpeed then takes max_grad_norm)")
         if kind == "rl" and cfg.setting("use_vllm"):
             tp = cfg.setting("vllm_tensor_parallel_size")
-            problems += _tensor_parallel_problems(f"{name}.trl.vllm_tensor_parallel_size", tp, model_of(recipe, stage),
+            problems += _tensor_parallel_problems(f"{name}.trl.vllm_tensor_parallel_size", tp, model,
                                                   launch.processes if cfg.setting("vllm_mode") == "colocate" else None)
-    problems += _tensor_parallel_problems("launch.vllm_tensor_parallel", launch.vllm_tensor_parallel,
-                                          model_of(recipe, stage), None)
+    problems += _tensor_parallel_problems("launch.vllm_tensor_parallel", launch.vllm_tensor_parallel, model, None)
     if config.get("distributed_type") == "FSDP" and (config.get("fsdp_config") or {}).get("fsdp_version") != 2:
         problems.append(f"{config_name}: FSDP version 1 (flat parameters): the project gathers and saves FSDP2's "
                         "DTensors and ZeRO-3's partitions only; set fsdp_config.fsdp_version: 2")

@@ -484,9 +484,6 @@ class RLConfig(TrainerSection):
             problems.append(f"eval_steps must be >= 1 (step 0 is the before-training evaluation), got {self.eval_steps}")
         if self.trl.get("epsilon_high") is not None and self.trl["epsilon_high"] < self.setting("epsilon"):
             problems.append(f"trl.epsilon_high ({self.trl['epsilon_high']}) must be >= epsilon ({self.setting('epsilon')})")
-        if not 0.0 < self.trl.get("top_p", 1.0) <= 1.0 or self.trl.get("temperature", 1.0) <= 0:
-            problems.append(f"need 0 < trl.top_p <= 1 and trl.temperature > 0, got {self.trl.get('top_p')}, "
-                            f"{self.trl.get('temperature')}")
         if not self.rewards:
             problems.append("rewards is empty")
         negative = {k: w for k, w in self.rewards.items() if isinstance(w, bool) or not isinstance(w, int | float) or w < 0}
@@ -688,6 +685,11 @@ class Stage4Config:
     rl: FinalRLConfig = field(default_factory=FinalRLConfig)
 
 
+def plain_folder_name(name: str) -> bool:
+    """A name that can only name one folder inside its parent: no path separator, not ``.`` or ``..``."""
+    return bool(name) and name not in (".", "..") and not any(c in name for c in "/\\\0")
+
+
 @dataclass
 class StudentSpec:
     """A distillation student: a small pretrained model (``pretrained``: hub id or path), or (null) a
@@ -702,7 +704,7 @@ class StudentSpec:
     pretrain_steps: int | None = None
 
     def __post_init__(self):
-        if not self.name or self.name in (".", "..") or any(c in self.name for c in "/\\\0"):
+        if not plain_folder_name(self.name):
             raise ValueError(f"student name {self.name!r} must be a plain folder name: it names distill/<name>/")
 
 
@@ -850,7 +852,7 @@ class Recipe:
     launch: LaunchConfig = field(default_factory=LaunchConfig)
 
     def __post_init__(self):
-        if not self.name or self.name in (".", "..") or any(c in self.name for c in "/\\\0"):
+        if not plain_folder_name(self.name):
             raise ValueError(f"name: {self.name!r} must be a plain folder name (no path separators, not . or ..): "
                              "it names the run folder <run_root>/<name>")
 

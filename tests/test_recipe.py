@@ -113,6 +113,8 @@ def test_bf16_autocast_is_auto_true_or_false_and_auto_follows_the_cpu():
     ("stage1.trl.epsilon=-0.2", "stage1: trl.epsilon: must be > 0, got -0.2"),
     ("stage1.trl.epsilon_high=null", "stage1: trl.epsilon_high: must be a number, got null"),
     ("stage3.trl.learning_rate=-1", "stage3: trl.learning_rate: must be > 0, got -1"),
+    ("stage1.trl.top_p=1.5", "stage1: trl.top_p: must be > 0 and <= 1, got 1.5"),
+    ("stage3.trl.temperature=0", "stage3: trl.temperature: must be > 0, got 0"),
     ("stage1.rewards.accuracy=-5", "reward weights must be numbers >= 0, got {'accuracy': -5.0}"),
     ("stage4.sft.trl.save_total_limit=-1", "trl.save_total_limit: must be >= 1, got -1"),
     ("eval.k=0", "eval.k must be >= 1, got 0"),
