@@ -21,14 +21,14 @@ setup: ## create .venv and install (idempotent)
 	else $(MAKE) --no-print-directory $(STAMP); fi
 $(STAMP): pyproject.toml constraints/cpu.txt
 	@test -x .venv/bin/python || python3.11 -m venv .venv || python3 -m venv .venv
-	.venv/bin/pip install --quiet --disable-pip-version-check --no-compile -c constraints/cpu.txt -e '.[dev]'
+	.venv/bin/pip install --quiet --disable-pip-version-check --no-compile -c constraints/cpu.txt -e '.[dev,track]'
 	env -u PYTHONDONTWRITEBYTECODE .venv/bin/python scripts/warm_imports.py  # bytecode of what runs import only
 	@rm -f .venv/.installed-* && touch $@
 
 # GPU machines: the same project with vLLM and DeepSpeed, at the versions of constraints/gpu.txt.
 setup-gpu: ## create .venv with the GPU set (vLLM, DeepSpeed; CUDA machines only)
 	@test -x .venv/bin/python || python3.11 -m venv .venv || python3 -m venv .venv
-	.venv/bin/pip install --disable-pip-version-check -c constraints/gpu.txt -e '.[gpu,dev]'
+	.venv/bin/pip install --disable-pip-version-check -c constraints/gpu.txt -e '.[gpu,dev,track]'
 	@rm -f .venv/.installed-* && touch $(GPU_SET)
 
 test: setup ## run the test suite (the CI command; excludes tests marked slow)

@@ -8,6 +8,7 @@ the paper does. Later stages speak through the tokenizer's chat template.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
@@ -75,6 +76,105 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 
+
+
+# -- The chat template SFT trains with -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainingTemplate:
+    """How SFT renders conversations for a tokenizer (:func:`training_chat_template`).
+
+    ``template``: the text rendered for training, with ``{% generation %}`` markers around the
+    assistant's turn (TRL's ``assistant_only_loss`` masks everything else); ``install``: whether it
+    replaces the tokenizer's own template (only the project's ChatML does: a model keeps its own, and
+    TRL's ``SFTTrainer`` swaps in the same training twin by itself); ``source``: what was chosen, for
+    the log and the manifest."""
+
+    template: str
+    install: bool
+    source: str
+
+
+def training_chat_template(tokenizer) -> TrainingTemplate:
+    """The model's own chat template when it marks the assistant's turn; else TRL's training twin of
+    it (``trl.chat_template_utils.get_training_chat_template``: the same text with the markers, and for
+    DeepSeek-R1-Distill without the original's dropping of everything before ``</think>``, which would
+    delete the reasoning from the target); the project's ChatML only for a tokenizer with no template
+    or one TRL does not know."""
+    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
+
+    own = tokenizer.chat_template
+    if isinstance(own, dict):  # a template shipped as named variants: the default one is the chat's
+        own = own.get("default")
+    if not own:
+        return TrainingTemplate(CHAT_TEMPLATE, True, "project ChatML (the tokenizer has no chat template)")
+    if has_generation_markers(own):
+        return TrainingTemplate(own, False, "the model's own (it marks the assistant's turn)")
+    try:
+        twin = get_training_chat_template(tokenizer)
+    except ValueError:  # TRL has no training twin of this template
+        return TrainingTemplate(CHAT_TEMPLATE, True, "project ChatML (TRL has no training version of the "
+                                                     "model's template, which does not mark the assistant's turn)")
+    return TrainingTemplate(twin or own, False, "TRL's training twin of the model's own")
+
+
+def end_of_turn_token(tokenizer, template: str | None = None) -> str | None:
+    """The special token a chat template writes right after an assistant's message (``<|im_end|>``
+    for ChatML and Qwen, ``<｜end▁of▁sentence｜>`` for DeepSeek, the end-of-text token for the tiny
+    transcripts): generation must stop there. None when the template writes none."""
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "1"}, {"role": "assistant", "content": "\x00"}],
+                                         tokenize=False, chat_template=template)
+    after = text[text.rfind("\x00") + 1:].lstrip()
+    special = sorted(set(tokenizer.all_special_tokens) | set(getattr(tokenizer, "added_tokens_encoder", {})),
+                     key=len, reverse=True)
+    return next((t for t in special if t and after.startswith(t)), None)
+
+
+# -- Templates that open the think block themselves ------------------------------------------------
+
+_PREFILLED_THINK = re.compile(r"<think>\s*$")
+
+
+def prefilled_think(prompt: str) -> str:
+    """The opening of a think block at the very end of a generation prompt (``<think>`` and the
+    whitespace after it; '' when there is none). DeepSeek-R1-Distill's chat template ends every prompt
+    with ``<｜Assistant｜><think>\\n``: the model's output starts *inside* the block, and the project
+    puts this text back in front of it before anything reads it (:func:`with_prefill`), so that a
+    response always reads ``<think> … </think> summary``."""
+    m = _PREFILLED_THINK.search(prompt)
+    return m.group() if m else ""
+
+
+def assistant_prefill(tokenizer) -> str:
+    """What the tokenizer's chat template writes of the assistant's response itself (see
+    :func:`prefilled_think`); '' for templates that leave the whole response to the model."""
+    if not tokenizer.chat_template:
+        return ""
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "1+1"}], tokenize=False,
+                                           add_generation_prompt=True)
+    return prefilled_think(prompt)
+
+
+def with_prefill(completion, prefill: str):
+    """A completion as it reads with the prompt's prefill in front: a string, or TRL's conversational
+    form (a list of messages, the first one the assistant's)."""
+    if not prefill:
+        return completion
+    if isinstance(completion, str):
+        return prefill + completion
+    first, *rest = completion
+    return [{**first, "content": prefill + (first.get("content") or "")}, *rest]
+
+
+def align_to_prefill(response: str, prefill: str) -> str:
+    """An SFT target that opens its think block exactly as the template's generation prompt does
+    (``<think> reasoning`` becomes ``<think>\\nreasoning`` under a ``<think>\\n`` prefill), so the
+    trained text continues the prompt the model is later sampled from."""
+    body = response.lstrip()
+    if not prefill or not body.startswith(THINK_OPEN):
+        return response
+    return prefill + body[len(THINK_OPEN):].lstrip()
 
 # The tiny model's chat template: DeepSeek-style plain role names (DeepSeek-V3 and R1 write
 # ``<｜User｜>…<｜Assistant｜>``), here as the transcripts of the tiny pretraining corpus,

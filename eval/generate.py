@@ -12,6 +12,7 @@ import torch
 from tqdm.auto import tqdm
 
 from data.faults import fault_point
+from data.templates import prefilled_think
 from data.timing import timed_as
 
 
@@ -176,15 +177,31 @@ class VLLMSampler:
 def make_sampler(backend: str, *, model=None, tokenizer=None, model_path: str | None = None, seed: int = 0,
                  batch_size: int = 64, tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
                  max_model_len: int | None = None, trust_remote_code: bool = False):
-    """A function ``(prompts, n=, temperature=, top_p=, max_new_tokens=, seed=, desc=) -> completions``."""
+    """A function ``(prompts, n=, temperature=, top_p=, max_new_tokens=, seed=, desc=) -> completions``.
+
+    A prompt that ends inside an opened think block (a chat template that prefills ``<think>``,
+    ``data.templates.prefilled_think``) gets that opening put back in front of each of its completions'
+    texts, so every reader sees ``<think> … </think> …``; ``num_tokens`` still counts generated tokens."""
     if backend == "vllm":
-        return VLLMSampler(model_path, seed=seed, tensor_parallel_size=tensor_parallel_size,
-                           gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
-                           trust_remote_code=trust_remote_code)
-    if backend != "transformers":
+        engine = VLLMSampler(model_path, seed=seed, tensor_parallel_size=tensor_parallel_size,
+                             gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
+                             trust_remote_code=trust_remote_code)
+        engine_sample = engine.__call__
+    elif backend == "transformers":
+        engine = None
+
+        def engine_sample(prompts, **kw):
+            return sample(model, tokenizer, prompts, batch_size=batch_size, **kw)
+    else:
         raise ValueError(f"unknown generation backend {backend!r} (transformers or vllm)")
 
-    def transformers_sampler(prompts, **kw):
-        return sample(model, tokenizer, prompts, batch_size=batch_size, **kw)
+    def sampler(prompts, **kw):
+        completions = engine_sample(prompts, **kw)
+        for prompt, group in zip(prompts, completions, strict=True):
+            prefill = prefilled_think(prompt)
+            for c in group if prefill else ():
+                c["text"] = prefill + c["text"]
+        return completions
 
-    return transformers_sampler
+    sampler.close = getattr(engine, "close", lambda: None)
+    return sampler

@@ -74,6 +74,14 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="write RUN_DIR/report/report.md: every stage's results, curves, findings")
     rp.add_argument("run_dir", nargs="?", help="runs/<recipe> (default: runs/tiny)")
 
+    pu = sub.add_parser("push", help="upload a complete stage's checkpoint (with its model card) and its curated "
+                        "datasets to the Hugging Face hub")
+    pu.add_argument("stage", choices=list(STAGES))
+    pu.add_argument("repo_id", help="the model repo, e.g. your-name/tiny-r1-stage2 (datasets go to <repo_id>-<set>)")
+    pu.add_argument("--run-dir", help="runs/<recipe> (default: runs/tiny)")
+    pu.add_argument("--public", action="store_true", help="create public repos (default: private)")
+    pu.add_argument("--no-datasets", action="store_true", help="push the checkpoint only")
+
     st = sub.add_parser("status", help="print the chain of stage manifests of a run")
     st.add_argument("run_dir", nargs="?", help="runs/<recipe> (default: runs/tiny)")
     return parser
@@ -167,6 +175,15 @@ def cmd_status(args) -> int:
     return 0
 
 
+def cmd_push(args) -> int:
+    from stages.cards import push
+
+    run_dir = Path(args.run_dir) if args.run_dir else load_recipe("tiny").stage_dir("x").parent
+    for repo in push(run_dir / args.stage, args.repo_id, private=not args.public, datasets=not args.no_datasets):
+        print(f"pushed: https://huggingface.co/{'datasets/' if repo != args.repo_id else ''}{repo}")
+    return 0
+
+
 def cmd_findings(args) -> int:
     from stages.findings import run_findings
     from stages.runner import setup_logging
@@ -215,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_findings(args)
         if args.command == "passk":
             return cmd_passk(args)
+        if args.command == "push":
+            return cmd_push(args)
         return cmd_stage(args)
     except (RecipeError, ManifestError, FileNotFoundError, ValueError) as e:  # PlanError is a ValueError
         print(f"r1 {args.command}: error: {e}", file=sys.stderr)

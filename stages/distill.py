@@ -57,7 +57,7 @@ from pathlib import Path
 
 from data.datasets import load_rows
 from data.jsonl import read_jsonl, read_jsonl_tolerant
-from data.templates import chat_user_message
+from data.templates import chat_user_message, training_chat_template
 from stages.common import load_tokenizer, run_once, save_model_atomically, world_size
 from stages.pretrain import pretrain_tiny
 from stages.rl import METRICS_NAME, evaluate, run_rl
@@ -146,11 +146,14 @@ def count_parameters(model_dir: str | Path) -> int | None:
 
 def _mean_tokens(model_dir: str | Path, conversations: list[list[dict]], *, generation_prompt: bool,
                  max_length: int | None = None) -> float:
-    """Mean token count of ``conversations`` rendered with the model's chat template."""
+    """Mean token count of ``conversations`` rendered as SFT trains on them (the training template:
+    ``data.templates.training_chat_template``), or as prompts (``generation_prompt``)."""
     if not conversations:
         return 0.0
     tok = load_tokenizer(str(model_dir))
-    texts = [tok.apply_chat_template(c, tokenize=False, add_generation_prompt=generation_prompt) for c in conversations]
+    template = None if generation_prompt else training_chat_template(tok).template
+    texts = [tok.apply_chat_template(c, tokenize=False, add_generation_prompt=generation_prompt, chat_template=template)
+             for c in conversations]
     lengths = [len(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"]]
     if max_length:
         lengths = [min(n, max_length) for n in lengths]
@@ -242,7 +245,7 @@ def run_control(ctx) -> Path:
     train_rows, _, source = load_rows(recipe.data.train, recipe)
     eval_rows, _, _ = load_rows(recipe.data.test, recipe)
     base_samples = Path("..") / distill_dir.name / distilled["eval_base_samples"]
-    m.update_metrics(student=name, parent_checkpoint=model_ref(ctx.parent), eval_template=EVAL_TEMPLATE,
+    m.update_metrics(student=name, parent_checkpoint=m.record(model_ref(ctx.parent)), eval_template=EVAL_TEMPLATE,
                      train_template=EVAL_TEMPLATE, eval_before_samples=str(base_samples))
     if "eval_before" not in m.data["metrics"]:  # the base, already evaluated under this protocol by distill
         m.update_metrics(eval_before={**distilled["eval_base"], "from": str(base_samples.parent)})

@@ -11,6 +11,12 @@ last, a killed stage can never look complete.
 
 A child stage calls :func:`require_parent`, which refuses a parent that is missing, unreadable,
 of the wrong stage, not complete, or whose checkpoint no longer matches its recorded hashes.
+
+Paths inside the run folder (``<run_root>/<recipe>``: the parent's manifest, checkpoints, input models
+and data of earlier stages) are recorded relative to the manifest's own folder (``../stage1/manifest.json``,
+``checkpoint``), so a run folder copied from a cluster to a laptop, or renamed, still chains and
+resumes; paths outside it stay absolute, and hub ids as they are. :meth:`Manifest.resolve` turns a
+recorded path back into one to open.
 """
 
 from __future__ import annotations
@@ -116,18 +122,21 @@ class Manifest:
         """Begin (or resume) a stage run: status ``running``, with recipe, parent and environment."""
         path = Path(stage_dir) / MANIFEST_NAME
         previous = cls.load(path) if resumed and path.exists() else None
+        run_folder = recipe.stage_dir("base").parent
+        m = cls(path, {"run_folder": os.path.relpath(run_folder.resolve(), Path(stage_dir).resolve())})
         data = {
             "schema_version": SCHEMA_VERSION,
             "stage": stage,
             "status": "running",
+            "run_folder": m.data["run_folder"],
             "recipe_name": recipe.name,
             "recipe": recipe.to_dict(),
             "recipe_hash": recipe.hash(),
             "parent": None if parent is None else {
-                "path": str(parent.path),
+                "path": m.record(parent.path),
                 "stage": parent.stage,
                 "manifest_sha256": sha256_file(parent.path),
-                "checkpoint": parent.data.get("output", {}).get("checkpoint"),
+                "checkpoint": m.record(parent.checkpoint) if parent.checkpoint else None,
             },
             "inputs": {"model": None, "data": []},
             "output": {"checkpoint": None, "files": {}},
@@ -186,7 +195,34 @@ class Manifest:
 
     @property
     def checkpoint(self) -> str | None:
-        return self.data["output"]["checkpoint"]
+        """The stage's checkpoint folder, as a path to open (None: none recorded)."""
+        ckpt = self.data["output"]["checkpoint"]
+        return None if ckpt is None else str(self.resolve(ckpt))
+
+    @property
+    def parent_path(self) -> Path | None:
+        """The parent stage's manifest, as a path to open (None: no parent)."""
+        parent = self.data.get("parent")
+        return None if not parent else self.resolve(parent["path"])
+
+    # -- paths --------------------------------------------------------------------------------
+
+    def resolve(self, recorded: str | Path) -> Path:
+        """A recorded path as one to open: relative ones are relative to this manifest's folder."""
+        return Path(self.path).parent / recorded if not Path(recorded).is_absolute() else Path(recorded)
+
+    def record(self, path: str | Path) -> str:
+        """``path`` as this manifest records it: relative to the manifest's folder when it lies inside the
+        run folder, else absolute (a hub id, which names no local path, as it is)."""
+        p = Path(path)
+        if not p.exists() and not p.is_absolute():
+            return str(path)  # a hub id
+        here = Path(self.path).parent.resolve()
+        run_folder = (here / self.data.get("run_folder", "..")).resolve()
+        target = p.resolve()
+        if target == run_folder or run_folder in target.parents:
+            return os.path.relpath(target, here)
+        return str(target)
 
     # -- updates (each one saved atomically) ----------------------------------------------------
 
@@ -197,14 +233,15 @@ class Manifest:
 
     def set_input_model(self, ref: str) -> None:
         p = Path(ref)
-        self.data["inputs"]["model"] = {"ref": ref, "local": p.exists(),
+        self.data["inputs"]["model"] = {"ref": self.record(ref), "local": p.exists(),
                                         "files": hash_checkpoint(p) if p.is_dir() else None}
         self.save()
 
     def add_input_data(self, name: str, source: str, rows_used: int, skipped: dict[str, int] | None = None,
                        sha256: str | None = None) -> None:
         self.data["inputs"]["data"] = [d for d in self.data["inputs"]["data"] if d["name"] != name] + [{
-            "name": name, "source": source, "sha256": sha256, "rows_used": rows_used,
+            "name": name, "source": self.record(source) if Path(source).is_absolute() else source,
+            "sha256": sha256, "rows_used": rows_used,
             "rows_skipped": skipped or {},
         }]
         self.save()
@@ -217,7 +254,7 @@ class Manifest:
         """Mark the stage complete: hash the checkpoint first, then write status last."""
         if checkpoint is not None and is_main():
             ckpt = Path(checkpoint)
-            self.data["output"] = {"checkpoint": str(ckpt), "files": hash_checkpoint(ckpt)}
+            self.data["output"] = {"checkpoint": self.record(ckpt), "files": hash_checkpoint(ckpt)}
         self.data["status"] = "complete"
         self.data["ended_at"] = now()
         self.save()
@@ -232,7 +269,7 @@ class Manifest:
 
     def verify_checkpoint(self) -> list[str]:
         """Files of the recorded checkpoint that are missing, changed or not recorded (empty list: intact)."""
-        ckpt = self.checkpoint
+        ckpt = self.checkpoint  # (resolved)
         if ckpt is None:
             return []
         recorded = self.data["output"]["files"]

@@ -291,6 +291,9 @@ SET_BY_PROJECT: dict[str, str] = {
     "save_strategy": "the trainer (checkpoints every save_steps, to resume from; reward models: none)",
     "save_only_model": "the trainer (checkpoints keep optimizer, scheduler and RNG states, to resume from)",
     "resume_from_checkpoint": "the stage's resume (--resume, --restart)",
+    "report_to": "tracking.report_to (one setting for every trainer of the recipe)",
+    "run_name": "the recipe, stage, part and seed (tracking)",
+    "project": "tracking.project",
 }
 
 
@@ -378,7 +381,12 @@ class TrainerSection:
     on the CPU, eager ran faster than sdpa under autocast, docs/speed.md). ``gradient_checkpointing``
     applies on CUDA only. ``seed``: null = the recipe's. ``lora``: train LoRA adapters (peft) instead
     of every weight, merged on save. ``trl``: settings of the section's TRL config (``TRL_CONFIG``),
-    passed through as they are (see :data:`PROJECT_DEFAULTS`)."""
+    passed through as they are (see :data:`PROJECT_DEFAULTS`).
+    ``eval_every`` (RL and SFT sections; 0: off): every that many optimizer steps, held-out pass@1 of
+    the model as it trains, one sample per problem on the first ``eval_problems`` held-out problems,
+    logged as ``eval_pass@1`` with that step's metrics (metrics.jsonl and the tracker;
+    ``stages.trainer.ProgressEvaluation``). A monitor: the stage's reported results are its full
+    evaluations."""
 
     TRL_CONFIG: ClassVar[str] = ""
 
@@ -387,9 +395,14 @@ class TrainerSection:
     gradient_checkpointing: bool = True
     seed: int | None = None
     lora: LoraSpec | None = None
+    eval_every: int = 0
+    eval_problems: int = 32
     trl: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
+        if self.eval_every < 0 or self.eval_problems < 1:
+            raise ValueError(f"eval_every must be >= 0 and eval_problems >= 1, got {self.eval_every}, "
+                             f"{self.eval_problems}")
         problems = [f"trl.{k}: {p}" for k, v in self.trl.items()
                     if (p := trl_problem(self.TRL_CONFIG, k) or trl_value_problem(k, v))]
         if problems:
@@ -650,6 +663,9 @@ class RewardModelSpec(TrainerSection):
 
     def __post_init__(self):
         super().__post_init__()
+        if self.eval_every:
+            raise ValueError("reward model: eval_every applies to RL and SFT sections (a reward model reports its "
+                             "held-out pairwise accuracy)")
         if self.epochs <= 0 or self.batch_size < 1 or self.gradient_accumulation_steps < 1:
             raise ValueError("reward model: need epochs > 0, batch_size >= 1, gradient_accumulation_steps >= 1; "
                              f"got {self.epochs}, {self.batch_size}, {self.gradient_accumulation_steps}")
@@ -832,6 +848,50 @@ class LaunchConfig:
 
 
 @dataclass
+class TrackingConfig:
+    """Experiment tracking, through transformers' integrations (TRL's ``report_to``): ``report_to`` names
+    them (``none``, ``trackio``, ``wandb``, ``tensorboard``…, or a list). Every trainer of a stage is one
+    run in ``project``, named ``<recipe>/<stage>/<part>/seed<seed>``, whose config also holds the recipe's
+    name and hash, the stage and its manifest (``stages.trainer.TrackedRun``). trackio (the ``track``
+    extra) keeps everything on this machine, under ``$TRACKIO_DIR``: ``trackio show --project
+    <project>`` opens its dashboard."""
+
+    report_to: str | list[str] = "none"
+    project: str = "r1-pipeline"
+
+    def __post_init__(self):
+        names = [self.report_to] if isinstance(self.report_to, str) else self.report_to
+        if not names or any(not isinstance(n, str) or not n for n in names):
+            raise ValueError(f"tracking.report_to: {self.report_to!r} must name integrations (or be 'none')")
+        if len(names) > 1 and ("none" in names or "all" in names):
+            raise ValueError(f"tracking.report_to: {self.report_to!r}: 'none' and 'all' stand alone")
+        if not self.project.strip():
+            raise ValueError("tracking.project must not be empty")
+
+    @property
+    def integrations(self) -> list[str]:
+        names = [self.report_to] if isinstance(self.report_to, str) else list(self.report_to)
+        return [] if names == ["none"] else names
+
+
+@dataclass
+class HubConfig:
+    """Publishing to the Hugging Face hub (``stages/cards.py``). Every stage writes a model card into its
+    checkpoint and its curated sets as loadable datasets whatever this says; ``push_to_hub`` (off by
+    default) also uploads each completed stage to the model repo ``<repo_prefix>-<stage>`` and its sets
+    to ``<repo_prefix>-<stage>-<set>`` (``r1 push`` does it by hand, for one stage)."""
+
+    push_to_hub: bool = False
+    repo_prefix: str | None = None
+    private: bool = True
+
+    def __post_init__(self):
+        if self.push_to_hub and not self.repo_prefix:
+            raise ValueError("hub.push_to_hub needs hub.repo_prefix (e.g. your-name/tiny-r1): the repos are "
+                             "<repo_prefix>-<stage>")
+
+
+@dataclass
 class Recipe:
     name: str
     seed: int = 0
@@ -850,6 +910,8 @@ class Recipe:
     findings: FindingsConfig = field(default_factory=FindingsConfig)
     passk: PassKConfig = field(default_factory=PassKConfig)
     launch: LaunchConfig = field(default_factory=LaunchConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    hub: HubConfig = field(default_factory=HubConfig)
 
     def __post_init__(self):
         if not plain_folder_name(self.name):

@@ -33,10 +33,12 @@ from pathlib import Path
 import torch
 
 from data.faults import trainer_faults
-from data.templates import CHAT_TEMPLATE
-from stages.common import load_tokenizer, set_seed
+from data.jsonl import write_jsonl_atomic
+from data.templates import training_chat_template
+from stages.common import is_main, load_tokenizer, set_seed
 from stages.trainer import (
     LossLog,
+    TrackedRun,
     begin,
     device_and_precision,
     fit,
@@ -47,6 +49,7 @@ from stages.trainer import (
     seed_of,
     set_attention,
     steps_for_epochs,
+    tracking,
     trl_args,
 )
 
@@ -92,13 +95,14 @@ def pairwise_accuracy(scorer: RewardScorer, pairs: list[dict]) -> float | None:
     return sum(c > r for c, r in zip(chosen, rejected, strict=True)) / len(pairs)
 
 
-def reward_config(spec, *, output_dir: Path, seed: int, device: torch.device, bf16: bool, steps: int):
-    """(TRL's RewardConfig, the settings given to it) for a RewardModelSpec section. No checkpoints:
-    an interrupted run starts over."""
+def reward_config(spec, *, output_dir: Path, seed: int, device: torch.device, bf16: bool, steps: int,
+                  tracked: dict | None = None):
+    """(TRL's RewardConfig, the settings given to it) for a RewardModelSpec section (``tracked``: the
+    tracking settings, ``stages.trainer.tracking``). No checkpoints: an interrupted run starts over."""
     return trl_args(spec, output_dir=output_dir, seed=seed, device=device, bf16=bf16, max_steps=steps,
                     per_device_train_batch_size=spec.batch_size,
                     gradient_accumulation_steps=spec.gradient_accumulation_steps, max_length=spec.max_length,
-                    save_strategy="no")
+                    save_strategy="no", **(tracked or {}))
 
 
 def train_reward_model(ctx, spec, *, pairs: Callable[[], list[dict]], init_ref: str, name: str,
@@ -126,12 +130,18 @@ def train_reward_model(ctx, spec, *, pairs: Callable[[], list[dict]], init_ref: 
     random.Random(recipe.seed).shuffle(order)
     n_eval = max(1, int(len(order) * held_out))
     eval_pairs, train_pairs = order[:n_eval], order[n_eval:]
+    if is_main():  # the curated set, published with the stage (stages/cards.py)
+        write_jsonl_atomic(out / f"{name}_pairs.jsonl", [{**p, "split": "held_out"} for p in eval_pairs]
+                           + [{**p, "split": "train"} for p in train_pairs])
     seed = seed_of(recipe, spec)
+    tracked = tracking(ctx, f"reward_model_{name}", seed)
     precision = device_and_precision(recipe, spec, f"{ctx.stage} reward model {name}")
     set_seed(seed)  # the scalar head is initialised at random
     tokenizer = load_tokenizer(init_ref, trust_remote_code=recipe.trust_remote_code)
-    if not tokenizer.chat_template:
-        tokenizer.chat_template = CHAT_TEMPLATE
+    # the template that renders the whole response: DeepSeek-R1-Distill's own drops everything before
+    # </think>, so a harmlessness model would never see the reasoning (saved with the reward model, the
+    # scorer renders the same way)
+    tokenizer.chat_template = training_chat_template(tokenizer).template
     model = AutoModelForSequenceClassification.from_pretrained(init_ref, num_labels=1, dtype=precision.dtype,
                                                                trust_remote_code=recipe.trust_remote_code)
     set_attention(model, spec)
@@ -139,13 +149,13 @@ def train_reward_model(ctx, spec, *, pairs: Callable[[], list[dict]], init_ref: 
         model.config.pad_token_id = tokenizer.pad_token_id
     steps = steps_for_epochs(spec.epochs, len(train_pairs), spec)
     args, settings = reward_config(spec, output_dir=trainer_dir, seed=seed, device=precision.device,
-                                   bf16=precision.bf16, steps=steps)
+                                   bf16=precision.bf16, steps=steps, tracked=tracked)
 
     def make_trainer():
         log.info("reward model %s: %d pairs (%d held out), %d steps from %s", name, len(train_pairs), n_eval, steps,
                  init_ref)
         return RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(train_pairs),
-                             processing_class=tokenizer, callbacks=[LossLog(metrics_path), *trainer_faults()],
+                             processing_class=tokenizer, callbacks=[TrackedRun(ctx), LossLog(metrics_path), *trainer_faults()],
                              peft_config=lora_config(spec.lora, task_type="SEQ_CLS", modules_to_save=["score"]))
 
     t0 = time.time()

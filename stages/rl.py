@@ -50,7 +50,7 @@ from transformers import TrainerCallback
 
 from data.faults import fault_point, trainer_faults
 from data.jsonl import append_jsonl, atomic_write_json, read_jsonl_tolerant
-from data.templates import is_readable_response, is_well_formed, think_text
+from data.templates import assistant_prefill, is_readable_response, is_well_formed, think_text, with_prefill
 from eval.decode import fast_generate, supports
 from eval.language import is_mixed
 from eval.recheck import label as recheck_label
@@ -68,14 +68,18 @@ from stages.common import (
 )
 from stages.plan import rl_micro_batch
 from stages.trainer import (
+    ProgressEvaluation,
+    TrackedRun,
     begin,
     device_and_precision,
     fit,
     jsonable,
     lora_config,
+    progress_evaluator,
     save_final,
     seed_of,
     set_attention,
+    tracking,
     trl_args,
     truncate_jsonl,
 )
@@ -121,11 +125,15 @@ class RolloutRecorder:
         self.prompts_seen: set[tuple[int, str]] = set()  # (step, prompt id) scored on this process
         self._batch: dict[str, list] = {}
         self._sampled_step: int | None = None  # the step whose sample file this run has written
+        self.prefill = ""  # what the chat template writes of each response (data.templates.assistant_prefill)
 
     def wrap(self, name: str, func: Callable) -> Callable:
-        """``func`` under the name TRL will log it as (``rewards/<name>/mean``), reporting here."""
+        """``func`` under the name TRL will log it as (``rewards/<name>/mean``), reporting here. Under a
+        template that opens the think block itself, ``func`` sees each completion with that opening in
+        front (TRL passes only the generated text): the response as the model's user reads it."""
 
         def reward(completions, **kwargs):
+            completions = [with_prefill(c, self.prefill) for c in completions] if self.prefill else completions
             if name == self.names[0]:
                 self._batch = {}  # a new batch (also after a reward that raised mid-batch)
                 fault_point("reward")
@@ -309,6 +317,7 @@ class MetricsCallback(TrainerCallback):
             "clip_ratio_low": g("clip_ratio/low_mean"),
             "clip_ratio_high": g("clip_ratio/high_mean"),
             "frac_reward_zero_std": g("frac_reward_zero_std"),
+            "eval_pass@1": g("eval_pass@1"),  # eval_every: held-out pass@1 while training (a monitor)
             "zero_std_before": g("dynamic_sampling/zero_std_before"),  # with dynamic sampling: the first
             "zero_std_after": g("dynamic_sampling/zero_std_after"),  # generation's share, and the trained batch's
             "dynamic_extra_groups": g("dynamic_sampling/extra_groups"),
@@ -342,8 +351,9 @@ def check_vllm(cfg, device: torch.device) -> None:
 
 
 def grpo_config(cfg, *, output_dir: Path, seed: int, device: torch.device, bf16: bool, reward_weights: list[float],
-                section: str):
-    """(TRL's GRPOConfig, the settings given to it) for an RLConfig section (``section`` names it in errors)."""
+                section: str, tracked: dict | None = None):
+    """(TRL's GRPOConfig, the settings given to it) for an RLConfig section (``section`` names it in errors;
+    ``tracked``: the tracking settings, ``stages.trainer.tracking``)."""
     micro = rl_micro_batch(section, cfg, world_size())  # PlanError, with the numbers to change, if TRL cannot split
     return trl_args(
         cfg, output_dir=output_dir, seed=seed, device=device, bf16=bf16,
@@ -357,6 +367,7 @@ def grpo_config(cfg, *, output_dir: Path, seed: int, device: torch.device, bf16:
         sync_ref_model=cfg.setting("beta") > 0 and cfg.ref_model_sync_steps is not None,
         ref_model_sync_steps=cfg.ref_model_sync_steps or 1,
         ref_model_mixup_alpha=1.0,
+        **(tracked or {}),
     )
 
 
@@ -579,6 +590,7 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
     device = precision.device
     check_vllm(cfg, device)
     names, funcs, weights = rewards or reward_functions(cfg)
+    tracked = tracking(ctx, "grpo", seed)  # (an integration that is not installed is refused here, before any work)
     trainer_dir, metrics_path, final = out / "trainer", out / METRICS_NAME, out / "checkpoint"
     recorder = RolloutRecorder(out, names, sample_every=cfg.sample_every, samples_per_step=cfg.samples_per_step,
                                language_target=cfg.language_target)
@@ -604,6 +616,8 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
         model, tokenizer = load_model_and_tokenizer(model_ref, device=device, trust_remote_code=recipe.trust_remote_code,
                                                     dtype=precision.dtype)
         set_attention(model, cfg)
+        if train_rows and not isinstance(build_prompt(train_rows[0]), str):  # chat prompts
+            recorder.prefill = assistant_prefill(tokenizer)
         if m.data["inputs"]["model"] is None:
             m.set_input_model(model_ref)
         context = getattr(model.config, "max_position_embeddings", None)
@@ -621,7 +635,7 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
             if reused is not None and (Path(reused) / "results.json").is_file():
                 shutil.copytree(reused, out / "eval_before", dirs_exist_ok=True)
                 summary = json.loads((out / "eval_before" / "results.json").read_text(encoding="utf-8"))
-                m.update_metrics(eval_before=summary, eval_before_from=str(reused))
+                m.update_metrics(eval_before=summary, eval_before_from=m.record(reused))
             else:
                 log.info("evaluating %d held-out problems before training", len(eval_rows))
                 m.update_metrics(eval_before=evaluate(recipe, model, tokenizer, eval_rows, out / "eval_before",
@@ -637,7 +651,9 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
     else:
         t0 = time.time()
         args, settings = grpo_config(cfg, output_dir=trainer_dir, seed=seed, device=device, bf16=precision.bf16,
-                                     reward_weights=weights, section=ctx.stage)
+                                     reward_weights=weights, section=ctx.stage, tracked=tracked)
+        progress = ProgressEvaluation(cfg.eval_every, progress_evaluator(
+            recipe, tokenizer, eval_rows[: cfg.eval_problems], eval_template)) if cfg.eval_every else None
 
         def evaluate_now(live_model, step: int) -> None:
             summary = evaluate(recipe, live_model, tokenizer, eval_rows, eval_step_dir(out, step), None, eval_template)
@@ -653,17 +669,20 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
             log.info("GRPO: %d steps × %d prompts × %d samples, loss %s, lr %.1e, beta %g, %s, %s", cfg.steps,
                      cfg.prompts_per_step, cfg.num_generations, args.loss_type, args.learning_rate, args.beta,
                      device.type, precision.name)
-            return grpo_trainer_class(cfg.length_buckets, cfg.dynamic_sampling)(
+            trainer = grpo_trainer_class(cfg.length_buckets, cfg.dynamic_sampling)(
                 model=model,
                 reward_funcs=[recorder.wrap(n, f) for n, f in zip(names, funcs, strict=True)],
                 args=args,
                 train_dataset=prompt_dataset(train_rows, build_prompt),
                 processing_class=tokenizer,
-                callbacks=[MetricsCallback(metrics_path, names),
+                callbacks=[TrackedRun(ctx), MetricsCallback(metrics_path, names),
                            StepEvaluation([s for s in cfg.eval_steps if s < cfg.steps], evaluate_now),
                            *(callbacks or []), *trainer_faults()],
                 peft_config=lora_config(cfg.lora),
             )
+            if progress is not None:
+                progress.install(trainer)
+            return trainer
 
         model, global_step, trainer = fit(make_trainer, start, cfg.steps, model)
         del trainer

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from data import timing
+from stages import cards
 from stages.common import barrier, init_distributed, is_main, peak_rss_mb, rank
 from stages.manifest import MANIFEST_NAME, Manifest, ManifestError, require_parent
 from stages.threads import choose_threads
@@ -161,12 +162,19 @@ def _run_locked(recipe, stage, body, stage_dir: Path, parent_stage, restart, par
     if startup:
         kinds["startup"] = round(startup, 1)
     manifest.update_metrics(wall_seconds=round(wall, 1), peak_rss_mb=round(peak_rss_mb(), 1), time_by_kind=kinds)
-    if isinstance(output, str) and not Path(output).exists():
+    local = output is not None and not (isinstance(output, str) and not Path(output).exists())
+    ours = local and stage_dir.resolve() in Path(output).resolve().parents  # not a registered model's own folder
+    if is_main() and ours:  # the hub-ready outputs: a model card, hashed with the checkpoint; the curated sets
+        cards.write_model_card(Path(output), manifest)
+        cards.export_datasets(stage_dir, manifest)
+    if isinstance(output, str) and not local:
         manifest.data["output"]["model_ref"] = output  # a hub id: nothing local to hash
         manifest.complete(None)
     else:
         manifest.complete(output)
     log.info("%s: complete → %s", stage, manifest_path)
+    if is_main() and ours and recipe.hub.push_to_hub:
+        cards.push(stage_dir, f"{recipe.hub.repo_prefix}-{stage.replace('_', '-')}", private=recipe.hub.private)
     if is_main() and previous_dir(stage_dir).exists():
         shutil.rmtree(previous_dir(stage_dir), ignore_errors=True)  # the run --restart replaced
     barrier()  # the other processes leave only once the main one has written everything
@@ -269,7 +277,7 @@ def base_of(stage_manifest: Manifest) -> str:
         parent = m.data.get("parent")
         if not parent:
             raise ValueError(f"{m.path}: no parent recorded, cannot find the base model")
-        m = require_parent(Path(parent["path"]).parent, parent["stage"], parent["stage"])
+        m = require_parent(m.parent_path.parent, parent["stage"], parent["stage"])
     ref = model_ref(m)
     if not ref:
         raise ValueError(f"{m.path}: the base manifest records no model")

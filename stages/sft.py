@@ -4,9 +4,12 @@ start), stage 4 (SFT on the curated mix) and distillation use it.
 
 Rows are conversations (``messages``: the user's turn, then the assistant's response); the loss is on
 the assistant's tokens only (``assistant_only_loss``, through the ``{% generation %}`` markers of the
-chat template, ``data/templates.py``). The tokenizer must carry a chat template with those markers:
-the tiny base's does; for a real base model without one the project's ChatML template is installed
-(and saved with the checkpoint, so every later stage speaks the same format).
+chat template). The model keeps its own chat template (saved with the checkpoint, so every later stage
+and every user speaks the model's format); when it lacks the markers, TRL's training twin of it renders
+the training text (Qwen2.5, Llama 3, DeepSeek-R1-Distill…, ``data.templates.training_chat_template``).
+Only a tokenizer with no template, or one TRL does not know, gets the project's ChatML installed, with
+a warning; the manifest records which (``chat_template``). Under a template that opens the think block
+in its generation prompt (R1-Distill's ``<think>\n``), each target's think block opens the same way.
 
 Precision, the fresh/resume/finished decision, TRL's config, LoRA (adapters merged into the weights
 before saving: the checkpoint is always a plain model) and the atomic save are the shared trainer
@@ -26,29 +29,41 @@ from pathlib import Path
 
 import torch
 
+from data.datasets import load_rows
 from data.faults import trainer_faults
 from data.packing import PackedCollator
-from data.templates import CHAT_END, CHAT_TEMPLATE
+from data.templates import (
+    CHAT_END,
+    align_to_prefill,
+    assistant_prefill,
+    end_of_turn_token,
+    training_chat_template,
+)
 from stages.common import is_main, load_model_and_tokenizer, processes_summary, set_seed, world_size
 from stages.trainer import (
     LossLog,
+    ProgressEvaluation,
+    TrackedRun,
     begin,
     device_and_precision,
     fit,
     jsonable,
     lora_config,
     losses,
+    progress_evaluator,
     save_final,
     seed_of,
     set_attention,
     steps_for_epochs,
+    tracking,
     trl_args,
 )
 
 log = logging.getLogger("r1")
 
 
-def sft_config(cfg, *, output_dir: Path, seed: int, device: torch.device, bf16: bool, steps: int):
+def sft_config(cfg, *, output_dir: Path, seed: int, device: torch.device, bf16: bool, steps: int,
+               tracked: dict | None = None):
     """(TRL's SFTConfig, the settings given to it) for an SFTSpec section.
 
     Batches are padded (TRL's default). ``trl: {padding_free: true}`` concatenates a batch's examples
@@ -57,20 +72,21 @@ def sft_config(cfg, *, output_dir: Path, seed: int, device: torch.device, bf16: 
     attention, CUDA) the attention runs over the whole concatenated row, and on the CPU that made the
     tiny SFT 1.8× slower than padded batches (docs/speed.md). TRL then cannot truncate (it refuses a
     ``max_length`` without packing); :func:`fit_rows` has already dropped the rows longer than
-    ``max_length``, so TRL gets none."""
+    ``max_length``, so TRL gets none. ``tracked``: the tracking settings (``stages.trainer.tracking``)."""
     padding_free = cfg.setting("padding_free") and not cfg.setting("packing")
     return trl_args(cfg, output_dir=output_dir, seed=seed, device=device, bf16=bf16, max_steps=steps,
                     per_device_train_batch_size=cfg.batch_size,
                     gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-                    max_length=None if padding_free else cfg.max_length)
+                    max_length=None if padding_free else cfg.max_length, **(tracked or {}))
 
 
-def fit_rows(rows: list[dict], tokenizer, max_length: int) -> tuple[list[dict], int]:
-    """(the rows whose whole conversation is at most ``max_length`` tokens, how many were longer).
+def fit_rows(rows: list[dict], tokenizer, max_length: int, chat_template: str | None = None) -> tuple[list[dict], int]:
+    """(the rows whose whole conversation, rendered with ``chat_template`` (the tokenizer's when None),
+    is at most ``max_length`` tokens, how many were longer).
 
     Deviation from TRL, which truncates: a truncated row teaches the model to stop mid-thought, without
     its answer or end of turn, so it is dropped (and counted in the manifest) instead."""
-    texts = tokenizer.apply_chat_template([r["messages"] for r in rows], tokenize=False)
+    texts = tokenizer.apply_chat_template([r["messages"] for r in rows], tokenize=False, chat_template=chat_template)
     lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
     kept = [r for r, n in zip(rows, lengths, strict=True) if n <= max_length]
     return kept, len(rows) - len(kept)
@@ -94,6 +110,7 @@ def run_sft(ctx, cfg, *, rows: list[dict], model_ref: str, name: str = "checkpoi
         raise ValueError(f"SFT {name}: no training rows")
 
     seed = seed_of(recipe, cfg)
+    tracked = tracking(ctx, f"sft_{name}", seed)  # (refuses an integration that is not installed, before any work)
     precision = device_and_precision(recipe, cfg, f"{ctx.stage} SFT {name}")
     set_seed(seed)
     if m.data["inputs"]["model"] is None:
@@ -101,17 +118,26 @@ def run_sft(ctx, cfg, *, rows: list[dict], model_ref: str, name: str = "checkpoi
     model, tokenizer = load_model_and_tokenizer(model_ref, device=precision.device,
                                                 trust_remote_code=recipe.trust_remote_code, dtype=precision.dtype)
     set_attention(model, cfg)
-    if not tokenizer.chat_template or "{% generation %}" not in tokenizer.chat_template:
-        log.info("SFT %s: the tokenizer has no chat template with generation markers; installing ChatML", name)
-        tokenizer.chat_template = CHAT_TEMPLATE
-    rows, too_long = fit_rows(rows, tokenizer, cfg.max_length)
+    chat = training_chat_template(tokenizer)
+    (log.warning if chat.install else log.info)("SFT %s: chat template: %s", name, chat.source)
+    if chat.install:
+        tokenizer.chat_template = chat.template
+    prefill = assistant_prefill(tokenizer)
+    if prefill:  # the template opens the think block itself: the targets open it the same way
+        rows = [{**r, "messages": [{**msg, "content": align_to_prefill(msg["content"], prefill)}
+                                   if msg["role"] == "assistant" else msg for msg in r["messages"]]} for r in rows]
+    rows, too_long = fit_rows(rows, tokenizer, cfg.max_length, chat.template)
     if too_long:
         log.warning("SFT %s: %d rows longer than max_length %d tokens left out", name, too_long, cfg.max_length)
     if not rows:
         raise ValueError(f"SFT {name}: every row is longer than max_length ({cfg.max_length} tokens): raise it")
     steps = steps_for_epochs(cfg.epochs, len(rows), cfg)
     args, settings = sft_config(cfg, output_dir=trainer_dir, seed=seed, device=precision.device, bf16=precision.bf16,
-                                steps=steps)
+                                steps=steps, tracked=tracked)
+    progress = None
+    if cfg.eval_every:  # held-out pass@1 while training (a monitor), in the chat template SFT teaches
+        eval_rows = load_rows(recipe.data.test, recipe)[0][: cfg.eval_problems]
+        progress = ProgressEvaluation(cfg.eval_every, progress_evaluator(recipe, tokenizer, eval_rows, "chat"))
     audit = None
 
     def make_trainer():
@@ -122,8 +148,10 @@ def run_sft(ctx, cfg, *, rows: list[dict], model_ref: str, name: str = "checkpoi
             train_dataset=Dataset.from_list([{"messages": r["messages"]} for r in rows]),
             processing_class=tokenizer,
             peft_config=lora_config(cfg.lora),
-            callbacks=[LossLog(metrics_path), *(callbacks or []), *trainer_faults()],
+            callbacks=[TrackedRun(ctx), LossLog(metrics_path), *(callbacks or []), *trainer_faults()],
         )
+        if progress is not None:
+            progress.install(trainer)
         if cfg.batching == "packed":  # the batch's examples in rows of at most max_length tokens (data/packing.py)
             trainer.data_collator = PackedCollator(tokenizer.pad_token_id, cfg.max_length)
         audit = trainer.data_collator = RowAudit(trainer.data_collator)  # which rows this process trained on
@@ -135,9 +163,11 @@ def run_sft(ctx, cfg, *, rows: list[dict], model_ref: str, name: str = "checkpoi
     t0 = time.time()
     model, global_step, _ = fit(make_trainer, start, steps, model)
     seconds = time.time() - t0
-    end_of_turn = tokenizer.convert_tokens_to_ids(CHAT_END)
+    end_token = end_of_turn_token(tokenizer) or (CHAT_END if chat.install else None)
+    end_of_turn = tokenizer.convert_tokens_to_ids(end_token) if end_token else None
     if model is not None and end_of_turn is not None and end_of_turn != tokenizer.unk_token_id:
-        # the model now ends its turn with <|im_end|>: generation (ours, TRL's, vLLM's) must stop there
+        # the model now ends its turn with the template's end-of-turn token (<|im_end|> for ChatML):
+        # generation (ours, TRL's, vLLM's) must stop there
         model.generation_config.eos_token_id = list(dict.fromkeys([tokenizer.eos_token_id, end_of_turn]))
     processes = processes_summary(model, audit.seen if audit else set(), "rows_seen")
     save_final(model, tokenizer, final)
@@ -147,6 +177,9 @@ def run_sft(ctx, cfg, *, rows: list[dict], model_ref: str, name: str = "checkpoi
             **losses(metrics_path),
             "train_seconds_this_run": round(seconds, 1), "resumed_from_step": start.from_step,
             "lora": cfg.lora is not None, "processes": processes, "precision": precision.name,
+            "chat_template": {"source": chat.source, "installed": chat.install,
+                              "sha256": hashlib.sha256(chat.template.encode()).hexdigest()[:16],
+                              "think_prefill": prefill or None},
             "trl": jsonable(settings),
         }})
     return final

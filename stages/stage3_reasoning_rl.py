@@ -68,7 +68,7 @@ def compare_with_stage1(ctx) -> None:
     parent = ctx.parent.data.get("parent") or {}
     if parent.get("stage") != "stage1":
         return
-    stage1_dir = Path(parent["path"]).parent
+    stage1_dir = ctx.parent.parent_path.parent
     s1 = held_out_by_step(stage1_dir, (Manifest.load(stage1_dir).data["metrics"].get("train") or {}).get("steps"))
     s3 = held_out_by_step(Path(ctx.dir), (ctx.manifest.data["metrics"].get("train") or {}).get("steps"))
     common = sorted(set(s1) & set(s3))

@@ -10,7 +10,10 @@ records, evaluations); what they have in common lives here, once:
   project sets itself (``stages.recipe.SET_BY_PROJECT``: output folder, steps, batch, seed, precision…);
 - :func:`fit`: ``trainer.train`` from where :func:`begin` said, LoRA adapters merged into the weights;
 - :func:`save_final`: the final model and tokenizer written atomically by the main process, then a barrier;
-- :class:`LossLog` and :func:`losses`: TRL's log rows in a JSON Lines file, and the first and last loss.
+- :class:`LossLog` and :func:`losses`: TRL's log rows in a JSON Lines file, and the first and last loss;
+- :func:`tracking` and :class:`TrackedRun`: the recipe's experiment tracker (TRL's ``report_to``), one
+  named run per trainer with the recipe's hash in its config;
+- :class:`ProgressEvaluation`: held-out pass@1 every ``eval_every`` steps, logged with the step's metrics.
 
 Resume. TRL/transformers checkpoints (``<trainer dir>/checkpoint-N``, every ``save_steps``) hold model,
 optimizer, scheduler, RNG states and trainer state; ``trainer.train(resume_from_checkpoint=…)`` restores
@@ -427,6 +430,112 @@ def save_final(model, tokenizer, final: Path) -> Path:
         save_model_atomically(merged(model), tokenizer, final)
     barrier()
     return Path(final)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tracking, and evaluation while training
+# ---------------------------------------------------------------------------------------------
+
+
+def tracking(ctx, part: str, seed: int) -> dict:
+    """TRL's tracking settings for one trainer of a stage: the recipe's ``tracking.report_to`` and
+    ``project``, and the run's name ``<recipe>/<stage>/<part>/seed<seed>`` (a resumed stage continues
+    the run of that name). An integration that is not installed is refused here, before any work."""
+    from transformers.integrations import get_available_reporting_integrations
+
+    t = ctx.recipe.tracking
+    missing = [n for n in t.integrations if n != "all" and n not in get_available_reporting_integrations()]
+    if missing:
+        hint = " (pip install -e '.[track]')" if "trackio" in missing else ""
+        raise ValueError(f"tracking.report_to: {', '.join(missing)} is not installed{hint}; or set "
+                         "tracking.report_to=none")
+    return {"report_to": t.integrations or "none", "project": t.project,
+            "run_name": f"{ctx.recipe.name}/{ctx.stage}/{part}/seed{seed}"}
+
+
+class TrackedRun(TrainerCallback):
+    """Adds where a tracked run comes from to its tracker's config, once the tracker has started (its own
+    callback, earlier in the list, starts it at ``on_train_begin``): the recipe's name and hash, the
+    stage, and the stage's manifest. trackio and wandb keep a run config; other trackers get the run
+    name only."""
+
+    def __init__(self, ctx):
+        self.info = {"r1/recipe": ctx.recipe.name, "r1/recipe_hash": ctx.recipe.hash(), "r1/stage": ctx.stage,
+                     "r1/manifest": str(ctx.manifest.path)}
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        names = [args.report_to] if isinstance(args.report_to, str) else list(args.report_to or [])
+        if "trackio" in names:
+            import trackio
+
+            trackio.config.update(self.info, allow_val_change=True)
+        if "wandb" in names:
+            import wandb
+
+            if wandb.run is not None:
+                wandb.run.config.update(self.info, allow_val_change=True)
+
+
+class ProgressEvaluation(TrainerCallback):
+    """Every ``every`` optimizer steps, ``evaluate(model) -> {name: value}`` on the main process (a
+    held-out pass@1 on a few problems), added to that step's log row, so that the metrics file and the
+    tracker get it with the step's other metrics. :meth:`install` puts it first among the trainer's
+    callbacks: ``on_log`` hands one dict to every callback in turn, and the trackers must see it filled.
+
+    Every process asks for the log at that step (logging gathers the loss: a collective); only the main
+    one evaluates, under ``torch.random.fork_rng`` (training draws the same random numbers). A sharded
+    model (ZeRO-3, FSDP) cannot generate on one process: there the evaluation is skipped, with a warning."""
+
+    def __init__(self, every: int, evaluate: Callable[[torch.nn.Module], dict]):
+        self.every, self.evaluate = every, evaluate
+        self.pending: dict | None = None
+        self.warned = False
+
+    def install(self, trainer) -> None:
+        trainer.callback_handler.callbacks.insert(0, self)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if not self.every or state.global_step % self.every or model is None:
+            return
+        if is_sharded(model):
+            if not self.warned:
+                log.warning("eval_every: the model is sharded over the processes; no evaluation during training")
+                self.warned = True
+            return
+        control.should_log = True
+        if state.is_world_process_zero:
+            cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+            was_training = model.training
+            with torch.random.fork_rng(devices=cuda):
+                model.eval()
+                self.pending = self.evaluate(model)
+            model.train(was_training)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.pending is not None and logs is not None:
+            logs.update(self.pending)
+            self.pending = None
+
+
+def progress_evaluator(recipe, tokenizer, rows: list[dict], prompt_template: str) -> Callable:
+    """The evaluation :class:`ProgressEvaluation` runs: the recipe's protocol (temperature, top-p,
+    length) with one sample per problem of ``rows``, on the live model (transformers sampling: a model
+    mid-training has no path for vLLM)."""
+    import dataclasses
+
+    from eval.generate import make_sampler
+    from eval.runner import evaluate_rows
+
+    cfg = dataclasses.replace(recipe.eval, k=1, prompt_template=prompt_template)
+
+    def evaluate(model) -> dict:
+        sampler = make_sampler("transformers", model=model, tokenizer=tokenizer, batch_size=cfg.batch_size)
+        summary = evaluate_rows(sampler, tokenizer, rows, cfg=cfg, seed=recipe.seed, name="progress", progress=False)
+        return {"eval_pass@1": round(summary["pass@1"], 4)}
+
+    return evaluate
 
 
 class LossLog(TrainerCallback):

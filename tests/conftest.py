@@ -7,8 +7,11 @@ module), ``chain`` (micro base and stage 1 per module). Tests that train a model
 (by these fixtures, or by their module's ``pytestmark``): ``pytest -m "not train"`` runs the rest.
 """
 
+import atexit
 import json
 import os
+import shutil
+import tempfile
 
 import pytest
 import torch
@@ -17,6 +20,11 @@ from tests.micro import MICRO23, SMALL, USER_ROWS, recipe
 
 torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # inherited by the subprocesses tests start
+# No test may reach the hub; trackio's local database goes to a folder of this session (trackio reads
+# TRACKIO_DIR when it is imported: before any test runs).
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRACKIO_DIR"] = tempfile.mkdtemp(prefix="r1-tests-trackio-")
+atexit.register(shutil.rmtree, os.environ["TRACKIO_DIR"], True)
 
 TRAINING_FIXTURES = {"small_base", "base_run", "chain"}
 

@@ -49,7 +49,7 @@ def test_stage1_tiny_run(base_run, tmp_path, monkeypatch):
 
     assert m.status == "complete" and m.stage == "stage1"
     assert m.data["parent"]["stage"] == "base"
-    assert m.data["inputs"]["model"]["ref"] == str(base_run / "tiny" / "base" / "checkpoint")
+    assert m.data["inputs"]["model"]["ref"] == "../base/checkpoint"  # (recorded relative to the stage folder)
     assert [x["name"] for x in m.data["inputs"]["data"]] == ["task_world:train"]
     metrics = m.data["metrics"]
     for key in ("eval_before", "eval_after"):

@@ -13,7 +13,7 @@ import stages.stage1_zero
 import stages.stage2_cold_start
 import stages.stage3_reasoning_rl
 from data.jsonl import read_jsonl_tolerant
-from data.templates import is_readable_response
+from data.templates import end_of_turn_token, is_readable_response
 from eval.stats import per_problem
 from stages.common import load_tokenizer
 from stages.manifest import ManifestError
@@ -38,21 +38,21 @@ def test_stage2_then_stage3(chain, tmp_path):
     rows = read_jsonl_tolerant(d2 / "cold_start.jsonl")
     assert len(rows) == 6 and all(is_readable_response(x["messages"][1]["content"]) for x in rows)
     # the *base* model was fine-tuned, not the stage-1 model
-    assert m2.data["inputs"]["model"]["ref"] == str(chain[0] / "tiny" / "base" / "checkpoint")
+    assert m2.data["inputs"]["model"]["ref"] == "../base/checkpoint"  # (recorded relative to the stage folder)
     sft = m2.data["metrics"]["sft_checkpoint"]
     assert sft["steps"] == 4 and sft["loss_last"] < sft["loss_first"]  # 6 rows / batch 4 → 2 steps × 2 epochs
     assert "readable_rate" in m2.data["metrics"]["eval_after"] and m2.verify_checkpoint() == []
     config = json.loads((d2 / "checkpoint" / "generation_config.json").read_text())
-    tok = json.loads((d2 / "checkpoint" / "tokenizer.json").read_text())
-    im_end = next(t["id"] for t in tok["added_tokens"] if t["content"] == "<|im_end|>")
-    assert im_end in config["eos_token_id"]  # a chat model stops at the end of its turn
+    tok = load_tokenizer(str(d2 / "checkpoint"))
+    eos = config["eos_token_id"] if isinstance(config["eos_token_id"], list) else [config["eos_token_id"]]
+    assert tok.convert_tokens_to_ids(end_of_turn_token(tok)) in eos  # a chat model stops at the end of its turn
 
     m3 = run_stage(r, "stage3", stages.stage3_reasoning_rl.run)
     d3 = r.stage_dir("stage3")
     assert m3.status == "complete" and m3.data["metrics"]["train"]["steps"] == 2
     metrics = read_jsonl_tolerant(d3 / "metrics.jsonl")
     assert set(metrics[0]["rewards"]) == {"accuracy", "summary_format", "language"}
-    assert m3.data["inputs"]["model"]["ref"] == m2.checkpoint
+    assert m3.resolve(m3.data["inputs"]["model"]["ref"]).resolve() == Path(m2.checkpoint).resolve()
     assert {"readable_rate", "language_mix_rate"} <= set(m3.data["metrics"]["eval_before"])
     sample = read_jsonl_tolerant(d3 / "samples" / "step_00001.jsonl")[0]
     assert isinstance(sample["completion"], str)  # chat completions are recorded as their text
@@ -108,5 +108,36 @@ def test_a_tokenizer_without_a_chat_template_gets_chatml(chain, tmp_path):
     rows = [{"messages": [{"role": "user", "content": "What is 2 + 3?"},
                           {"role": "assistant", "content": "<think> 2+3=5 </think> The final answer is \\boxed{5}."}]}] * 8
     m = run_stage(r, "stage2", lambda ctx: run_sft(ctx, r.stage2.sft, rows=rows, model_ref=str(plain)))
-    template = load_tokenizer(m.checkpoint).chat_template
-    assert m.status == "complete" and "<|im_start|>" in template and "{% generation %}" in template
+    tok = load_tokenizer(m.checkpoint)
+    assert m.status == "complete" and "<|im_start|>" in tok.chat_template and "{% generation %}" in tok.chat_template
+    assert m.data["metrics"]["sft_checkpoint"]["chat_template"]["installed"] is True
+    config = json.loads((Path(m.checkpoint) / "generation_config.json").read_text())
+    assert tok.convert_tokens_to_ids("<|im_end|>") in config["eos_token_id"]  # ChatML's turn ends there: stop
+
+
+def test_a_moved_run_folder_still_chains_and_resumes(chain, tmp_path, capsys):
+    """Manifests record the paths inside the run folder relative to themselves: a run folder moved and
+    renamed (its old path gone) passes `r1 status`, and an interrupted stage in it resumes against its
+    parent there."""
+    from stages.cli import main
+    from stages.manifest import Manifest
+    from tests.micro import MICRO23, recipe
+
+    chain_recipe(chain, tmp_path / "cluster", "run")  # a copy of the chain's base and stage 1
+    m1 = Manifest.load(tmp_path / "cluster" / "run" / "stage1")
+    assert m1.data["parent"]["path"] == "../base/manifest.json" and m1.data["output"]["checkpoint"] == "checkpoint"
+    assert m1.data["inputs"]["model"]["ref"] == "../base/checkpoint"
+    m1.fail("killed")  # interrupted after its last trainer checkpoint, before the final save
+    shutil.rmtree(tmp_path / "cluster" / "run" / "stage1" / "checkpoint")
+    moved = tmp_path / "laptop" / "renamed"
+    moved.parent.mkdir()
+    (tmp_path / "cluster" / "run").rename(moved)
+
+    assert main(["status", str(moved)]) == 0
+    out = capsys.readouterr().out
+    assert "base     complete" in out and "stage1   failed" in out and "CHANGED" not in out
+    m = run_stage(recipe(tmp_path / "laptop", "renamed", MICRO23), "stage1", stages.stage1_zero.run)
+    assert m.status == "complete" and m.data["resumes"] and m.data["metrics"]["train"]["resumed_from_step"] == 4
+    assert Path(m.checkpoint).resolve() == (moved / "stage1" / "checkpoint").resolve() and m.verify_checkpoint() == []
+    assert m.parent_path.resolve() == (moved / "base" / "manifest.json").resolve()
+    assert main(["status", str(moved)]) == 0 and "stage1   complete" in capsys.readouterr().out

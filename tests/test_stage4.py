@@ -166,7 +166,7 @@ def test_stage4_then_distillation(chain, tmp_path, scripted, control_calls):  # 
     assert all("<think>" not in x["messages"][1]["content"] for x in mix if x["task"] == "general")
     for name in ("rm_helpfulness", "rm_harmlessness"):
         assert (d4 / name / "config.json").exists() and m.data["metrics"][name]["held_out_pair_accuracy"] is not None
-    assert m.data["inputs"]["model"]["ref"] == str(chain[0] / "tiny" / "base" / "checkpoint")  # SFT of the base
+    assert m.data["inputs"]["model"]["ref"] == "../base/checkpoint"  # SFT of the base (in this run folder)
 
     # the SFT model was judged on the held-out general prompts before the final RL started
     sft_records = d4 / "general_eval" / "sft" / "records.jsonl"
@@ -182,6 +182,7 @@ def test_stage4_then_distillation(chain, tmp_path, scripted, control_calls):  # 
     assert {"accuracy", "helpfulness", "harmlessness"} <= rewards
     assert m.verify_checkpoint() == []
     check_general_eval(r, m, d4, scripted, sft_text)
+    check_hub_outputs(m, d4, kept, mix, tmp_path)
 
     # distillation: the student is built, evaluated, fine-tuned for the budget, evaluated again
     md = run_stage(r, "distill", stages.distill.run)
@@ -204,7 +205,7 @@ def test_stage4_then_distillation(chain, tmp_path, scripted, control_calls):  # 
     mc = run_stage(r, "distill_rl", stages.distill.run_control)
     dc = r.stage_dir("distill_rl")
     assert mc.status == "complete" and mc.data["metrics"]["train"]["steps"] == 2
-    assert mc.data["inputs"]["model"]["ref"] == str(dd / "s1" / "base")
+    assert mc.resolve(mc.data["inputs"]["model"]["ref"]).resolve() == (dd / "s1" / "base").resolve()
     (call,) = control_calls["run_rl"]  # the control trains and is evaluated in the chat template, from the student's base
     row = {"problem": "What is 12 + 34?"}
     assert call["build_prompt"](row) == [{"role": "user", "content": chat_user_message(row["problem"])}]
@@ -229,6 +230,24 @@ def test_stage4_then_distillation(chain, tmp_path, scripted, control_calls):  # 
     other = dataclasses.replace(r.distill, budget_steps=3, control=dataclasses.replace(r.distill.control, steps=3))
     with pytest.raises(ValueError, match="had 2 optimizer steps but distill.control.steps is 3"):
         run_stage(dataclasses.replace(r, distill=other), "distill_rl", stages.distill.run_control, restart=True)
+
+
+def check_hub_outputs(m, d4: Path, kept: list, mix: list, tmp_path: Path) -> None:
+    """The checkpoint's model card (hashed with it), and the curated sets as datasets `load_dataset` reads."""
+    from datasets import load_dataset
+
+    card = (Path(m.checkpoint) / "README.md").read_text()
+    assert "README.md" in m.data["output"]["files"] and card.startswith("---\n")
+    assert "# s4 / stage4" in card and m.data["recipe_hash"][:16] in card and "`stage3`" in card  # the parent
+    assert re.search(r"\| pass@1 \(95% interval\) \| \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] \|", card)
+    assert m.data["inputs"]["data"] and all(f"| {d['name']} |" in card for d in m.data["inputs"]["data"])
+    for name, rows in (("rejection_samples", kept), ("sft_mix", mix)):
+        ds = load_dataset(str(d4 / "datasets" / name), cache_dir=str(tmp_path / "hf"))["train"]
+        assert ds.num_rows == len(rows) and ds[0]["messages"] == rows[0]["messages"]
+        assert "load_dataset" in (d4 / "datasets" / name / "README.md").read_text()
+    for name in ("helpfulness", "harmlessness"):
+        pairs = load_dataset(str(d4 / "datasets" / f"preference_{name}"), cache_dir=str(tmp_path / "hf"))["train"]
+        assert {"chosen", "rejected", "split"} <= set(pairs.column_names) and set(pairs["split"]) == {"train", "held_out"}
 
 
 def check_general_eval(r, m, d4, scripted, sft_text: str) -> None:
