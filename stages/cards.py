@@ -119,7 +119,8 @@ def model_card(manifest: Manifest, checkpoint: Path) -> str:
     lines = [
         _front_matter(header),
         f"# {recipe} / {stage}", "",
-        f"{DESCRIPTIONS.get(stage, stage)}; made by r1-pipeline; this card is written from the stage's manifest.", "",
+        f"{DESCRIPTIONS.get(stage, stage)[:1].upper()}{DESCRIPTIONS.get(stage, stage)[1:]}. Made by r1-pipeline; "
+        "this card is written from the stage's manifest.", "",
         "| | |", "|---|---|",
         f"| stage | `{stage}` |",
         f"| parent | {'`' + parent['stage'] + '` (manifest sha256 `' + parent['manifest_sha256'][:16] + '…`)' if parent else 'none'} |",
@@ -130,7 +131,7 @@ def model_card(manifest: Manifest, checkpoint: Path) -> str:
         "", "## Results", "", *_results(manifest, checkpoint),
         "", "## Reproduce", "", "```bash",
         *([f"git checkout {commit}"] if commit else []),
-        f"make {make} RECIPE={recipe}        # runs its parents first if they are missing: make pipeline for all",
+        f"make {make} RECIPE={recipe}        # after its parent stages; `make pipeline` runs every stage in order",
         "```", "",
         "`manifest.json` in the stage folder records the resolved recipe, the parent, the inputs, every metric "
         "and the hashes of these files.", "",

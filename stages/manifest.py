@@ -122,22 +122,16 @@ class Manifest:
         """Begin (or resume) a stage run: status ``running``, with recipe, parent and environment."""
         path = Path(stage_dir) / MANIFEST_NAME
         previous = cls.load(path) if resumed and path.exists() else None
-        run_folder = recipe.stage_dir("base").parent
-        m = cls(path, {"run_folder": os.path.relpath(run_folder.resolve(), Path(stage_dir).resolve())})
         data = {
             "schema_version": SCHEMA_VERSION,
             "stage": stage,
             "status": "running",
-            "run_folder": m.data["run_folder"],
+            # the run folder, from this one: paths inside it are recorded relative to this folder
+            "run_folder": os.path.relpath(recipe.stage_dir("base").parent.resolve(), Path(stage_dir).resolve()),
             "recipe_name": recipe.name,
             "recipe": recipe.to_dict(),
             "recipe_hash": recipe.hash(),
-            "parent": None if parent is None else {
-                "path": m.record(parent.path),
-                "stage": parent.stage,
-                "manifest_sha256": sha256_file(parent.path),
-                "checkpoint": m.record(parent.checkpoint) if parent.checkpoint else None,
-            },
+            "parent": None,
             "inputs": {"model": None, "data": []},
             "output": {"checkpoint": None, "files": {}},
             "metrics": {},
@@ -155,6 +149,10 @@ class Manifest:
             data["metrics"] = previous.data.get("metrics", {})
             data["inputs"] = previous.data.get("inputs", data["inputs"])
         m = cls(path, data)
+        if parent is not None:
+            data["parent"] = {"path": m.record(parent.path), "stage": parent.stage,
+                              "manifest_sha256": sha256_file(parent.path),
+                              "checkpoint": m.record(parent.checkpoint) if parent.checkpoint else None}
         m.save()
         return m
 

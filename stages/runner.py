@@ -173,8 +173,13 @@ def _run_locked(recipe, stage, body, stage_dir: Path, parent_stage, restart, par
     else:
         manifest.complete(output)
     log.info("%s: complete → %s", stage, manifest_path)
-    if is_main() and ours and recipe.hub.push_to_hub:
-        cards.push(stage_dir, f"{recipe.hub.repo_prefix}-{stage.replace('_', '-')}", private=recipe.hub.private)
+    if is_main() and ours and recipe.hub.push_to_hub:  # the stage is complete whatever the hub says
+        repo = f"{recipe.hub.repo_prefix}-{stage.replace('_', '-')}"
+        try:
+            cards.push(stage_dir, repo, private=recipe.hub.private)
+        except Exception as e:  # noqa: BLE001 - a network or permission error: said, and the run goes on
+            log.error("%s: pushing to the hub failed (%s: %s); `r1 push %s %s` tries again", stage,
+                      type(e).__name__, e, stage, repo)
     if is_main() and previous_dir(stage_dir).exists():
         shutil.rmtree(previous_dir(stage_dir), ignore_errors=True)  # the run --restart replaced
     barrier()  # the other processes leave only once the main one has written everything

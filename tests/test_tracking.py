@@ -131,3 +131,10 @@ def test_r1_push_and_push_to_hub_send_the_stage(tracked, base_run, tmp_path, mon
                                                                         "stage1.steps=2"])
     run_stage(pushed, "stage1", stages.stage1_zero.run)
     assert [c[:2] for c in hub.calls] == [("create_repo", "me/tiny-stage1"), ("upload_folder", "me/tiny-stage1")]
+
+    def unreachable(**kw):
+        raise ConnectionError("the hub is unreachable")
+
+    hub.upload_folder = unreachable  # a failed push is said; the stage is complete all the same
+    m = run_stage(pushed, "stage1", stages.stage1_zero.run, restart=True)
+    assert m.status == "complete" and "r1 push stage1 me/tiny-stage1" in (pushed.stage_dir("stage1") / "stage.log").read_text()
