@@ -133,8 +133,8 @@ def model_card(manifest: Manifest, checkpoint: Path) -> str:
         *([f"git checkout {commit}"] if commit else []),
         f"make {make} RECIPE={recipe}        # after its parent stages; `make pipeline` runs every stage in order",
         "```", "",
-        "`manifest.json` in the stage folder records the resolved recipe, the parent, the inputs, every metric "
-        "and the hashes of these files.", "",
+        "The stage's manifest (`manifest.json` in the stage folder; `r1_manifest.json` beside this card when "
+        "pushed) records the resolved recipe, the parent, the inputs, every metric and the hashes of these files.", "",
     ]
     return "\n".join(lines)
 
@@ -189,9 +189,10 @@ def hub_api():
 
 
 def push(stage_dir: Path, repo_id: str, *, private: bool = True, datasets: bool = True, api=None) -> list[str]:
-    """Upload a complete stage's checkpoint (with its model card) to the model repo ``repo_id``, and each
-    of its curated sets to the dataset repo ``<repo_id>-<set>``; returns the repos written. Refuses a
-    stage that is not complete or whose checkpoint no longer matches its manifest."""
+    """Upload a complete stage's checkpoint (with its model card) and its manifest (``r1_manifest.json``) to
+    the model repo ``repo_id``, and each of its curated sets to the dataset repo ``<repo_id>-<set>``;
+    returns the repos written. Refuses a stage that is not complete or whose checkpoint no longer matches
+    its manifest."""
     m = Manifest.load(Path(stage_dir))
     if m.status != "complete" or not m.checkpoint:
         raise ValueError(f"{m.path}: stage {m.stage!r} is {m.status!r} with checkpoint {m.checkpoint!r}: "
@@ -201,8 +202,10 @@ def push(stage_dir: Path, repo_id: str, *, private: bool = True, datasets: bool 
         raise ValueError(f"{m.path}: the checkpoint no longer matches its manifest ({', '.join(bad[:3])}); not pushed")
     api = api or hub_api()
     api.create_repo(repo_id, private=private, exist_ok=True)
-    api.upload_folder(folder_path=str(m.checkpoint), repo_id=repo_id,
-                      commit_message=f"r1-pipeline {m.data['recipe_name']}/{m.stage} (recipe {m.data['recipe_hash'][:12]})")
+    message = f"r1-pipeline {m.data['recipe_name']}/{m.stage} (recipe {m.data['recipe_hash'][:12]})"
+    api.upload_folder(folder_path=str(m.checkpoint), repo_id=repo_id, commit_message=message)
+    api.upload_file(path_or_fileobj=str(m.path), path_in_repo="r1_manifest.json", repo_id=repo_id,
+                    commit_message=message)  # the provenance the card cites
     pushed = [repo_id]
     for folder in sorted((Path(stage_dir) / DATASETS_DIR).glob("*")) if datasets else []:
         dataset_repo = f"{repo_id}-{folder.name.replace('_', '-')}"

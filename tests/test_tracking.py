@@ -45,6 +45,9 @@ class Hub:
     def upload_folder(self, **kw):
         self.calls.append(("upload_folder", kw["repo_id"], kw))
 
+    def upload_file(self, **kw):
+        self.calls.append(("upload_file", kw["repo_id"], kw))
+
 
 @pytest.fixture(scope="module")
 def tracked(base_run, tmp_path_factory):
@@ -94,6 +97,7 @@ def test_the_checkpoint_carries_a_model_card_and_pushes_only_when_asked(tracked,
     assert cards.push(r.stage_dir("stage1"), "me/tiny-stage1", api=hub) == ["me/tiny-stage1"]
     assert hub.calls[0] == ("create_repo", "me/tiny-stage1", {"private": True, "exist_ok": True})
     assert hub.calls[1][2]["folder_path"] == m.checkpoint
+    assert hub.calls[2][2]["path_in_repo"] == "r1_manifest.json" and hub.calls[2][2]["path_or_fileobj"] == str(m.path)
     (Path(m.checkpoint) / "extra.bin").write_bytes(b"x")  # a checkpoint that no longer matches: not pushed
     try:
         with pytest.raises(ValueError, match="no longer matches"):
@@ -130,7 +134,8 @@ def test_r1_push_and_push_to_hub_send_the_stage(tracked, base_run, tmp_path, mon
     pushed = recipe(with_base(base_run, tmp_path, "pushed"), "pushed", ["hub.push_to_hub=true", "hub.repo_prefix=me/tiny",
                                                                         "stage1.steps=2"])
     run_stage(pushed, "stage1", stages.stage1_zero.run)
-    assert [c[:2] for c in hub.calls] == [("create_repo", "me/tiny-stage1"), ("upload_folder", "me/tiny-stage1")]
+    assert [c[:2] for c in hub.calls] == [("create_repo", "me/tiny-stage1"), ("upload_folder", "me/tiny-stage1"),
+                                          ("upload_file", "me/tiny-stage1")]
 
     def unreachable(**kw):
         raise ConnectionError("the hub is unreachable")
