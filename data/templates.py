@@ -77,7 +77,6 @@ CHAT_TEMPLATE = (
 )
 
 
-
 # -- The chat template SFT trains with -----------------------------------------------------------
 
 
@@ -175,6 +174,7 @@ def align_to_prefill(response: str, prefill: str) -> str:
     if not prefill or not body.startswith(THINK_OPEN):
         return response
     return prefill + body[len(THINK_OPEN):].lstrip()
+
 
 # The tiny model's chat template: DeepSeek-style plain role names (DeepSeek-V3 and R1 write
 # ``<｜User｜>…<｜Assistant｜>``), here as the transcripts of the tiny pretraining corpus,

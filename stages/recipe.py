@@ -898,6 +898,8 @@ class Recipe:
     run_root: str = "runs"
     trust_remote_code: bool = False
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # torch threads on the CPU, at most, per stage (stage → count; stages/threads.py measures the free cores)
+    threads: dict[str, int] = field(default_factory=dict)
     task_world: TaskWorldConfig | None = field(default_factory=TaskWorldConfig)
     data: DataConfig = field(default_factory=DataConfig)
     base: BaseConfig = field(default_factory=BaseConfig)
@@ -917,6 +919,8 @@ class Recipe:
         if not plain_folder_name(self.name):
             raise ValueError(f"name: {self.name!r} must be a plain folder name (no path separators, not . or ..): "
                              "it names the run folder <run_root>/<name>")
+        if any(n < 1 for n in self.threads.values()):
+            raise ValueError(f"threads: {self.threads}: every count must be at least 1")
 
     def stage_dir(self, stage: str) -> Path:
         root = Path(self.run_root)

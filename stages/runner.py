@@ -90,6 +90,9 @@ def run_stage(recipe, stage: str, body: Callable[[StageContext], Path | str | No
     """
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; known: {', '.join(STAGES)}")
+    unknown = sorted(set(recipe.threads) - set(STAGES))
+    if unknown:
+        raise ValueError(f"threads: unknown stage {', '.join(unknown)}; known: {', '.join(STAGES)}")
     parent_stage = STAGES[stage][1]
     init_distributed(recipe.launch.timeout_minutes)
     stage_dir = Path(stage_dir) if stage_dir is not None else recipe.stage_dir(stage)
@@ -135,7 +138,7 @@ def _run_locked(recipe, stage, body, stage_dir: Path, parent_stage, restart, par
     setup_logging(stage_dir / ("stage.log" if is_main() else f"stage.rank{rank()}.log"))
     manifest = Manifest.start(stage_dir, stage, recipe, parent=parent, resumed=resumed)
     ctx = StageContext(recipe, stage, stage_dir, manifest, parent, resumed, dict(reuse or {}))
-    threads = choose_threads()  # fixed for the stage: see stages/threads.py
+    threads = choose_threads(at_most=recipe.threads.get(stage))  # fixed for the stage: see stages/threads.py
     manifest.update_metrics(threads=threads)
     log.info("%s: %d torch threads on %d cores (%s%s)", stage, threads["threads"], threads["cores"],
              threads["chosen_by"], f", other processes busy on {threads['busy_elsewhere']} cores"

@@ -16,7 +16,8 @@ neighbour that starts in the middle of a stage still slows that stage beyond its
 
 Who decides, first match wins: ``R1_THREADS=N`` (fixed; e.g. for bit-for-bit comparisons between runs
 on a busy machine), then ``OMP_NUM_THREADS`` when it is set (a launcher's choice, e.g. torchrun's one
-thread per process), then the measurement; on a machine with a CUDA device, torch's own default.
+thread per process), then the measurement, capped by the recipe's ``threads`` for the stage; on a
+machine with a CUDA device, torch's own default.
 """
 
 from __future__ import annotations
@@ -60,8 +61,10 @@ def busy_elsewhere(seconds: float = 0.3, windows: int = 3) -> float | None:
     return least
 
 
-def choose_threads(*, measure_seconds: float = 0.6) -> dict:
-    """Set torch's intra-op threads for this stage; returns what was decided and why (for the manifest)."""
+def choose_threads(*, measure_seconds: float = 0.6, at_most: int | None = None) -> dict:
+    """Set torch's intra-op threads for this stage; returns what was decided and why (for the manifest).
+    ``at_most``: the recipe's cap for this stage (``threads``), applied to the measured count: a model so
+    small that its operators take microseconds can run faster on one thread than on two."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     fixed = os.environ.get("R1_THREADS", "").strip()
     if fixed:
@@ -76,5 +79,8 @@ def choose_threads(*, measure_seconds: float = 0.6) -> dict:
     if elsewhere is None:
         return {"threads": torch.get_num_threads(), "cores": cores, "chosen_by": "torch (no /proc/stat)"}
     threads = max(1, cores - int(elsewhere + 0.5))  # a neighbour using half a core or more gets a core
+    capped = at_most is not None and at_most < threads
+    threads = at_most if capped else threads
     torch.set_num_threads(threads)
-    return {"threads": threads, "cores": cores, "busy_elsewhere": round(elsewhere, 2), "chosen_by": "measured"}
+    return {"threads": threads, "cores": cores, "busy_elsewhere": round(elsewhere, 2),
+            "chosen_by": "measured, capped by the recipe's threads" if capped else "measured"}

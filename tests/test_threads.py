@@ -86,3 +86,23 @@ def test_a_process_that_runs_for_a_moment_is_not_taken_for_a_neighbour():
         assert busy_elsewhere(0.6) < baseline + 0.3  # one spinning core over 40% of the time would be +0.4
     finally:
         passing.wait()
+
+
+def test_the_recipe_caps_a_stages_threads(monkeypatch):
+    """The recipe's ``threads`` caps the measured count (the student's RL runs faster on one thread);
+    R1_THREADS still fixes it; an unknown stage or a count below 1 is refused."""
+    import stages.runner as runner
+    from stages.recipe import load_recipe
+
+    monkeypatch.setattr("stages.threads.busy_elsewhere", lambda seconds=0.3, windows=3: 0.0)
+    assert choose_threads(at_most=1) == {"threads": 1, "cores": CORES, "busy_elsewhere": 0.0,
+                                         "chosen_by": "measured, capped by the recipe's threads" if CORES > 1
+                                         else "measured"}
+    assert choose_threads(at_most=CORES + 1)["threads"] == CORES == torch.get_num_threads()
+    monkeypatch.setenv("R1_THREADS", "2")
+    assert choose_threads(at_most=1)["threads"] == 2
+    assert load_recipe("tiny").threads == {"distill_rl": 1}
+    with pytest.raises(ValueError, match="every count must be at least 1"):
+        load_recipe("tiny", ["threads={stage1: 0}"])
+    with pytest.raises(ValueError, match="threads: unknown stage stage9"):
+        runner.run_stage(load_recipe("tiny", ["threads={stage9: 1}"]), "stage1", lambda ctx: None)
