@@ -183,13 +183,10 @@ def make_sampler(backend: str, *, model=None, tokenizer=None, model_path: str | 
     ``data.templates.prefilled_think``) gets that opening put back in front of each of its completions'
     texts, so every reader sees ``<think> … </think> …``; ``num_tokens`` still counts generated tokens."""
     if backend == "vllm":
-        engine = VLLMSampler(model_path, seed=seed, tensor_parallel_size=tensor_parallel_size,
-                             gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
-                             trust_remote_code=trust_remote_code)
-        engine_sample = engine.__call__
+        engine_sample = VLLMSampler(model_path, seed=seed, tensor_parallel_size=tensor_parallel_size,
+                                    gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
+                                    trust_remote_code=trust_remote_code)
     elif backend == "transformers":
-        engine = None
-
         def engine_sample(prompts, **kw):
             return sample(model, tokenizer, prompts, batch_size=batch_size, **kw)
     else:
@@ -203,5 +200,5 @@ def make_sampler(backend: str, *, model=None, tokenizer=None, model_path: str | 
                 c["text"] = prefill + c["text"]
         return completions
 
-    sampler.close = getattr(engine, "close", lambda: None)
+    sampler.close = getattr(engine_sample, "close", lambda: None)  # vLLM's engine frees its GPU memory
     return sampler

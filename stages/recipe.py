@@ -860,7 +860,7 @@ class TrackingConfig:
     project: str = "r1-pipeline"
 
     def __post_init__(self):
-        names = [self.report_to] if isinstance(self.report_to, str) else self.report_to
+        names = self.names
         if not names or any(not isinstance(n, str) or not n for n in names):
             raise ValueError(f"tracking.report_to: {self.report_to!r} must name integrations (or be 'none')")
         if len(names) > 1 and ("none" in names or "all" in names):
@@ -869,9 +869,14 @@ class TrackingConfig:
             raise ValueError("tracking.project must not be empty")
 
     @property
+    def names(self) -> list[str]:
+        """``report_to`` as a list."""
+        return [self.report_to] if isinstance(self.report_to, str) else list(self.report_to)
+
+    @property
     def integrations(self) -> list[str]:
-        names = [self.report_to] if isinstance(self.report_to, str) else list(self.report_to)
-        return [] if names == ["none"] else names
+        """The trackers to report to ([] for ``none``)."""
+        return [] if self.names == ["none"] else self.names
 
 
 @dataclass

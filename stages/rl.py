@@ -76,6 +76,7 @@ from stages.trainer import (
     jsonable,
     lora_config,
     progress_evaluator,
+    rng_untouched,
     save_final,
     seed_of,
     set_attention,
@@ -234,8 +235,8 @@ def eval_step_dir(out: Path, step: int) -> Path:
 
 class StepEvaluation(TrainerCallback):
     """Evaluates the model as it is after each optimizer step of ``steps`` (``evaluate_now(model,
-    step)``), on the main process. Sampling runs under ``torch.random.fork_rng``: training draws the
-    same random numbers as it would without these evaluations."""
+    step)``), on the main process. Sampling runs under ``stages.trainer.rng_untouched``: training draws
+    the same random numbers as it would without these evaluations."""
 
     def __init__(self, steps: Sequence[int], evaluate_now: Callable):
         self.steps = set(steps)
@@ -243,8 +244,7 @@ class StepEvaluation(TrainerCallback):
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if state.global_step in self.steps and state.is_world_process_zero and model is not None:
-            cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
-            with torch.random.fork_rng(devices=cuda):
+            with rng_untouched():
                 self.evaluate_now(model, state.global_step)
 
 

@@ -165,13 +165,14 @@ def _run_locked(recipe, stage, body, stage_dir: Path, parent_stage, restart, par
     if startup:
         kinds["startup"] = round(startup, 1)
     manifest.update_metrics(wall_seconds=round(wall, 1), peak_rss_mb=round(peak_rss_mb(), 1), time_by_kind=kinds)
-    local = output is not None and not (isinstance(output, str) and not Path(output).exists())
-    ours = local and stage_dir.resolve() in Path(output).resolve().parents  # not a registered model's own folder
+    hub_id = isinstance(output, str) and not Path(output).exists()
+    # a checkpoint this stage wrote (not a registered model's own folder, not a hub id)
+    ours = output is not None and not hub_id and stage_dir.resolve() in Path(output).resolve().parents
     if is_main() and ours:  # the hub-ready outputs: a model card, hashed with the checkpoint; the curated sets
         cards.write_model_card(Path(output), manifest)
         cards.export_datasets(stage_dir, manifest)
-    if isinstance(output, str) and not local:
-        manifest.data["output"]["model_ref"] = output  # a hub id: nothing local to hash
+    if hub_id:
+        manifest.data["output"]["model_ref"] = output  # nothing local to hash
         manifest.complete(None)
     else:
         manifest.complete(output)

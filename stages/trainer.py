@@ -478,6 +478,14 @@ class TrackedRun(TrainerCallback):
                 wandb.run.config.update(self.info, allow_val_change=True)
 
 
+def rng_untouched():
+    """A block after which torch's random state (the CPU's and every CUDA device's) is as it was before:
+    an evaluation during training samples inside it, and training draws the same random numbers as it
+    would without the evaluation."""
+    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    return torch.random.fork_rng(devices=cuda)
+
+
 class ProgressEvaluation(TrainerCallback):
     """Every ``every`` optimizer steps, ``evaluate(model) -> {name: value}`` on the main process (a
     held-out pass@1 on a few problems), added to that step's log row, so that the metrics file and the
@@ -485,7 +493,7 @@ class ProgressEvaluation(TrainerCallback):
     callbacks: ``on_log`` hands one dict to every callback in turn, and the trackers must see it filled.
 
     Every process asks for the log at that step (logging gathers the loss: a collective); only the main
-    one evaluates, under ``torch.random.fork_rng`` (training draws the same random numbers). A sharded
+    one evaluates, under :func:`rng_untouched` (training draws the same random numbers). A sharded
     model (ZeRO-3, FSDP) cannot generate on one process: there the evaluation is skipped, with a warning."""
 
     def __init__(self, every: int, evaluate: Callable[[torch.nn.Module], dict]):
@@ -506,9 +514,8 @@ class ProgressEvaluation(TrainerCallback):
             return
         control.should_log = True
         if state.is_world_process_zero:
-            cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
             was_training = model.training
-            with torch.random.fork_rng(devices=cuda):
+            with rng_untouched():
                 model.eval()
                 self.pending = self.evaluate(model)
             model.train(was_training)
