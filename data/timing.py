@@ -9,8 +9,8 @@ stage starts and writes them into its manifest (``metrics.time_by_kind``) when i
 ``startup`` (the process's start to the stage body: interpreter, imports, recipe); the report shows them.
 Kinds: ``startup``, ``loading`` (models and tokenizers), ``sampling`` (every generation outside GRPO),
 ``grading``, ``evaluation`` (what an evaluation does besides sampling and grading), ``training`` (GRPO's
-rollouts included: TRL generates inside its training step), ``pretraining``, ``saving``, and ``other``
-(the rest of the stage body).
+rollouts included: TRL generates inside its training step), ``pretraining``, ``saving``, ``waiting`` (for
+side work that ran beside the stage: ``stages.threads.SideJob``), and ``other`` (the rest of the stage body).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from contextlib import contextmanager
 
 __all__ = ["KINDS", "process_age", "reset", "snapshot", "timed", "timed_as"]
 
-KINDS = ("startup", "loading", "sampling", "grading", "evaluation", "training", "pretraining", "saving", "other")
+KINDS = ("startup", "loading", "sampling", "grading", "evaluation", "training", "pretraining", "saving", "waiting",
+         "other")
 
 _totals: Counter = Counter()
 _stack: list[list] = []  # [kind, start, seconds spent in inner kinds]

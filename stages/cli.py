@@ -95,7 +95,7 @@ def positive_int(text: str) -> int:
 
 
 def cmd_stage(args) -> int:
-    from stages.runner import run_stage, setup_logging
+    from stages.runner import run_stage, setup_logging, side_work_for
 
     recipe = load_recipe(args.recipe, args.overrides)
     stages = list(STAGES) if args.command == "pipeline" else [args.command]
@@ -110,8 +110,9 @@ def cmd_stage(args) -> int:
         print(refusal, file=sys.stderr)
         return 2
     setup_logging()
-    for stage in stages:
-        run_stage(recipe, stage, stage_body(stage), restart=args.restart)
+    for i, stage in enumerate(stages):  # r1 pipeline: a later stage's independent work may run beside this one
+        run_stage(recipe, stage, stage_body(stage), restart=args.restart,
+                  side_work=side_work_for(stage, stages[i + 1:]))
     if args.command == "pipeline":  # what `make pipeline` ends with
         cmd_status(argparse.Namespace(run_dir=str(recipe.stage_dir("base").parent)))
         cmd_report(argparse.Namespace(run_dir=str(recipe.stage_dir("base").parent)))

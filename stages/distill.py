@@ -51,18 +51,27 @@ arms get equal optimizer steps.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
+import shutil
+import sys
 from pathlib import Path
 
+import torch
+
 from data.datasets import load_rows
-from data.jsonl import read_jsonl, read_jsonl_tolerant
+from data.jsonl import atomic_write_json, read_jsonl, read_jsonl_tolerant
 from data.templates import chat_user_message, training_chat_template
 from stages.common import load_tokenizer, run_once, save_model_atomically, world_size
+from stages.manifest import Manifest, ManifestError
 from stages.pretrain import pretrain_tiny
+from stages.recipe import Recipe
+from stages.recipe import build as build_recipe
 from stages.rl import METRICS_NAME, evaluate, run_rl
-from stages.runner import model_ref
+from stages.runner import model_ref, stage_part
 from stages.sft import run_sft
+from stages.threads import SideJob, choose_threads
 
 log = logging.getLogger("r1")
 
@@ -195,29 +204,121 @@ def rl_budget(stage_dir: Path, model_dir: Path, cfg, train_rows: list[dict], ste
 
 
 def student_base(ctx, student) -> str:
-    """The student's base model: its pretrained reference, or a tiny base built and saved here."""
+    """The student's base model: its pretrained reference, or a tiny base built and saved here (or adopted
+    from the side work that built it beside stage 4's SFT: :func:`student_bases_job`)."""
     if student.pretrained:
         return student.pretrained
     target = ctx.dir / student.name / "base"
     record = ctx.manifest.data["metrics"].setdefault("students", {}).setdefault(student.name, {})
     if "pretrain" in record and target.is_dir():
         return str(target)
-    recipe = ctx.recipe
-    base = recipe.base
-    arch = student.architecture or base.architecture
-    pretrain = dataclasses.replace(base.pretrain, steps=student.pretrain_steps or base.pretrain.steps)
-    student_recipe = dataclasses.replace(recipe, base=dataclasses.replace(base, architecture=arch, pretrain=pretrain))
-    log.info("student %s: building a tiny base (hidden %d, %d layers, %d steps)", student.name, arch.hidden_size,
-             arch.num_hidden_layers, pretrain.steps)
+    student_recipe = _student_recipe(ctx.recipe, student)
+    with stage_part(ctx, "student_base", side_work=False):
+        threads = torch.get_num_threads()
+        prebuilt = run_once(_adopt_prebuilt, ctx.recipe, student, student_recipe, threads, target)
+        if prebuilt is not None:
+            record["pretrain"] = prebuilt
+            ctx.manifest.save()
+            return str(target)
+        arch, steps = student_recipe.base.architecture, student_recipe.base.pretrain.steps
+        log.info("student %s: building a tiny base (hidden %d, %d layers, %d steps, %d thread(s))", student.name,
+                 arch.hidden_size, arch.num_hidden_layers, steps, threads)
 
-    def build():  # on the main process; the others wait and load what it saved
-        model, tokenizer, stats = pretrain_tiny(student_recipe, log=log.info)
-        save_model_atomically(model, tokenizer, target)
-        return {k: stats[k] for k in ("parameters", "pretrain_seconds", "loss_last_avg")}
+        def build():  # on the main process; the others wait and load what it saved
+            stats = _build_student_base(student_recipe, target)
+            return {**stats, "threads": threads, "built": "here"}
 
-    record["pretrain"] = run_once(build)
+        record["pretrain"] = run_once(build)
     ctx.manifest.save()
     return str(target)
+
+
+def _student_recipe(recipe, student):
+    """The recipe the student's base is built with: the tiny base's, with the student's width, depth and steps."""
+    base = recipe.base
+    pretrain = dataclasses.replace(base.pretrain, steps=student.pretrain_steps or base.pretrain.steps)
+    return dataclasses.replace(recipe, base=dataclasses.replace(base, architecture=student.architecture or
+                                                                base.architecture, pretrain=pretrain))
+
+
+def _build_student_base(student_recipe, target: Path) -> dict:
+    model, tokenizer, stats = pretrain_tiny(student_recipe, log=log.info)
+    save_model_atomically(model, tokenizer, target)
+    return {k: stats[k] for k in ("parameters", "pretrain_seconds", "loss_last_avg")}
+
+
+# -- Side work: the students' bases, built beside stage 4's SFT ------------------------------------------
+# A tiny student's base depends on the corpus, the tokenizer recipe and its own size, not on stage 4, so
+# `r1 pipeline` builds it in a single-threaded process while stage 4's SFT (which gains nothing from a
+# second thread) runs on one (stages.runner.SIDE_WORK). distill adopts it only when it was built from the
+# same student recipe (its hash) on the thread count distill would build it with: the same weights, bit
+# for bit, as building it here.
+
+PREBUILT_INFO = "build.json"
+
+
+def prebuilt_dir(recipe, student) -> Path:
+    return recipe.stage_dir("distill").parent / ".prebuilt" / f"distill-{student.name}-base"
+
+
+def _needs_base(recipe, student) -> bool:
+    if student.pretrained:
+        return False
+    distill_dir = recipe.stage_dir("distill")
+    try:
+        record = Manifest.load(distill_dir).data["metrics"].get("students", {}).get(student.name, {})
+    except ManifestError:  # no distill run yet
+        record = {}
+    return not ("pretrain" in record and (distill_dir / student.name / "base").is_dir())
+
+
+def student_bases_job(recipe) -> SideJob | None:
+    """Start building the tiny students' bases that distill will need, in another process on the
+    thread count of ``distill.student_base``; None when there is none to build."""
+    names = [s.name for s in recipe.distill.students if _needs_base(recipe, s)]
+    if not names:
+        return None
+    folder = recipe.stage_dir("distill").parent / ".prebuilt"
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(folder / "recipe.json", recipe.to_dict())
+    return SideJob(f"the base of student(s) {', '.join(names)} for distill", "stages.distill",
+                   ["prebuild", str(folder / "recipe.json"), *names], log_path=folder / "build.log",
+                   threads=recipe.threads.get("distill.student_base") or 1)
+
+
+def _prebuild(recipe_json: Path, names: list[str]) -> None:
+    """The side work's body (``python -m stages.distill prebuild RECIPE_JSON NAME…``)."""
+    recipe = build_recipe(Recipe, json.loads(Path(recipe_json).read_text(encoding="utf-8")), str(recipe_json), "")
+    threads = choose_threads()["threads"]  # R1_THREADS, set by the SideJob
+    for student in (s for s in recipe.distill.students if s.name in names):
+        folder = prebuilt_dir(recipe, student)
+        shutil.rmtree(folder, ignore_errors=True)  # a stale or half-written one
+        student_recipe = _student_recipe(recipe, student)
+        stats = _build_student_base(student_recipe, folder / "model")
+        atomic_write_json(folder / PREBUILT_INFO, {"recipe_hash": student_recipe.hash(), "threads": threads,
+                                                   "stats": stats})  # last: the build is complete
+
+
+def _adopt_prebuilt(recipe, student, student_recipe, threads: int, target: Path) -> dict | None:
+    """Move a prebuilt base into ``target`` if it is the one this stage would build; its pretraining
+    record, or None (a missing, partial or different one is removed)."""
+    folder = prebuilt_dir(recipe, student)
+    info_path = folder / PREBUILT_INFO
+    if not info_path.is_file():
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+    info = json.loads(info_path.read_text(encoding="utf-8"))
+    if info.get("recipe_hash") != student_recipe.hash() or info.get("threads") != threads:
+        log.info("student %s: the prebuilt base in %s is not this recipe's on %d thread(s); building it here",
+                 student.name, folder, threads)
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(target, ignore_errors=True)
+    (folder / "model").rename(target)
+    shutil.rmtree(folder, ignore_errors=True)
+    log.info("student %s: base built beside stage 4's SFT (%s, %d thread(s)), adopted", student.name, folder, threads)
+    return {**info["stats"], "threads": threads, "built": "beside stage4.sft (side work)"}
 
 
 def control_student(recipe) -> str:
@@ -259,3 +360,12 @@ def run_control(ctx) -> Path:
     log.info("distill_rl: held-out pass@1 %.3f (base) → %.3f (RL, %d optimizer steps)",
              m.data["metrics"]["eval_before"]["pass@1"], m.data["metrics"]["eval_after"]["pass@1"], steps)
     return final
+
+
+if __name__ == "__main__":  # the side work of r1 pipeline: python -m stages.distill prebuild RECIPE_JSON NAME…
+    from stages.runner import setup_logging
+
+    if len(sys.argv) < 4 or sys.argv[1] != "prebuild":
+        sys.exit("usage: python -m stages.distill prebuild RECIPE_JSON STUDENT…")
+    setup_logging()
+    _prebuild(Path(sys.argv[2]), sys.argv[3:])

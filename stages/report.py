@@ -218,12 +218,25 @@ def time_rows(run: dict) -> list[list[str]]:
         threads = (metrics.get("threads") or {}).get("threads")
         rows.append([title, f"{wall:.0f}" if wall else "–"] + [_seconds(kinds, k) for k in KINDS]
                     + [str(threads) if threads else "–"])
+        part_threads = metrics.get("part_threads") or {}
         for name, sub in (metrics.get("substeps") or {}).items():
             rows.append([f"  {name}", f"{sub['seconds']:.0f}" if sub.get("seconds") else "–"]
-                        + [_seconds(sub.get("time_by_kind"), k) for k in KINDS] + [""])
+                        + [_seconds(sub.get("time_by_kind"), k) for k in KINDS] + [str(part_threads.get(name, ""))])
     if rows:
         rows.append(["total (wall + startup)", f"{total:.0f}"] + [_seconds(kinds_total, k) for k in KINDS] + [""])
     return rows
+
+
+def side_work_lines(run: dict) -> list[str]:
+    """What ran beside a stage in another process (``stages.threads.SideJob``): its time is not in any row."""
+    lines = []
+    for stage, title in STAGE_TITLES.items():
+        side = (run[stage].data.get("metrics", {}).get("side_work") if run[stage] else None) or {}
+        if side:
+            outcome = "done" if side.get("exit_code") == 0 else f"failed (exit code {side.get('exit_code')})"
+            lines.append(f"- Beside {title} ({side['during']}), another process built {side['what']}: "
+                         f"{side['seconds']:.0f} s, {outcome}; the stage waited {side['waited_seconds']:.0f} s for it.")
+    return lines + [""] if lines else []
 
 
 def _seconds(kinds: dict | None, kind: str) -> str:
@@ -304,7 +317,8 @@ def build_report(run_dir: Path) -> Path:
              "Where the minutes go, in seconds of wall time (each second counted once, for the innermost kind of "
              "work: an evaluation's sampling is `sampling`; GRPO's rollouts are `training`; `startup` is the "
              "process's start to the stage body):", "",
-             _table(["stage", "wall", *KINDS, "threads"], time_rows(run)), "", "## Findings", ""]
+             _table(["stage", "wall", *KINDS, "threads"], time_rows(run)), ""]
+    parts += side_work_lines(run) + ["## Findings", ""]
     seeds = _seeds(run_dir)
     parts.append(f"Training seeds measured: {seeds}" + (" (one seed: run `make findings` for more)"
                                                           if len(seeds) == 1 else " (`make findings`)") + ".")

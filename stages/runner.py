@@ -25,14 +25,17 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from data import timing
 from stages import cards
-from stages.common import barrier, init_distributed, is_main, peak_rss_mb, rank
+from stages.common import barrier, init_distributed, is_main, peak_rss_mb, rank, world_size
 from stages.manifest import MANIFEST_NAME, Manifest, ManifestError, require_parent
-from stages.threads import choose_threads
+from stages.threads import choose_threads, part_threads
 
 log = logging.getLogger("r1")
 _first_stage_of_process = True
@@ -50,6 +53,20 @@ STAGES: dict[str, tuple[str, str | None]] = {
 }
 PIPELINE_ORDER = [s for s in STAGES if s != "distill_rl"]  # the main line; distill_rl is a control
 
+# The parts of a stage the recipe's ``threads`` may name (``stage4.sft``): each runs on its own thread count
+# (``stages.threads.part_threads``), whatever else runs beside it.
+STAGE_PARTS: dict[str, tuple[str, ...]] = {
+    "stage4": ("rejection", "sft", "reward_models", "final_rl"),
+    "distill": ("student_base",),
+}
+
+# Side work (``stages.threads.SideJob``): while a part of ``stage`` leaves a core free, a later stage's
+# independent work runs in a second process, when that later stage runs in the same command (``r1
+# pipeline``). stage → (the later stage, ``module:function`` giving the job, or None when nothing is left to do).
+SIDE_WORK: dict[str, tuple[str, str]] = {
+    "stage4": ("distill", "stages.distill:student_bases_job"),  # the student's base needs only the corpus
+}
+
 
 @dataclass
 class StageContext:
@@ -64,6 +81,32 @@ class StageContext:
     # Results that another run measured already and that this one may take instead of measuring them
     # again (``stages/findings.py``: the before-training evaluation of the same model, rows and protocol).
     reuse: dict = field(default_factory=dict)
+    # A later stage's independent work, to run while a part of this stage leaves a core free
+    # (:func:`stage_part`): called with the recipe, it returns a started ``SideJob`` or None.
+    side_work: Callable | None = None
+
+
+@contextmanager
+def stage_part(ctx: StageContext, part: str, *, side_work: bool = False):
+    """``with stage_part(ctx, "sft"):`` runs the block on the recipe's thread count for ``<stage>.<part>``
+    (``threads``; else the stage's). With ``side_work=True``, when that leaves a core free and the stage was
+    given side work, the side work runs meanwhile and the block's end waits for it (a part that is done
+    already, and will be skipped, asks for none). The manifest records the part's count and the side work."""
+    if part not in STAGE_PARTS.get(ctx.stage, ()):
+        raise ValueError(f"{ctx.stage} has no part {part!r} (stages.runner.STAGE_PARTS)")
+    with part_threads(ctx.recipe.threads.get(f"{ctx.stage}.{part}")) as spare:
+        ctx.manifest.data["metrics"].setdefault("part_threads", {})[part] = torch.get_num_threads()
+        job = None
+        if side_work and spare and ctx.side_work is not None and is_main() and world_size() == 1:
+            job = ctx.side_work(ctx.recipe)
+        try:
+            yield
+        except BaseException:
+            if job is not None:
+                job.stop()
+            raise
+        if job is not None:
+            ctx.manifest.update_metrics(side_work={**job.finish(), "during": f"{ctx.stage}.{part}"})
 
 
 def setup_logging(log_file: Path | None = None) -> None:
@@ -79,32 +122,51 @@ def setup_logging(log_file: Path | None = None) -> None:
 
 def run_stage(recipe, stage: str, body: Callable[[StageContext], Path | str | None], *,
               restart: bool = False, stage_dir: Path | None = None, parent_dir: Path | None = None,
-              reuse: dict | None = None) -> Manifest:
+              reuse: dict | None = None, side_work: Callable | None = None) -> Manifest:
     """Run ``body`` as stage ``stage`` of ``recipe`` under the manifest lifecycle, after checking the
     parent the stage table (:data:`STAGES`) names: its manifest is complete, of that stage, and its
     checkpoint unchanged.
 
     ``body`` returns the output checkpoint folder (hashed into the manifest) or a model reference
     string (a hub id) or None. ``stage_dir``/``parent_dir`` put the run and find its parent elsewhere
-    than the recipe's ``runs/<recipe>/<stage>`` (the findings' extra seeds and variants).
+    than the recipe's ``runs/<recipe>/<stage>`` (the findings' extra seeds and variants). ``side_work``:
+    see :attr:`StageContext.side_work` (:func:`side_work_for` gives a stage's).
     """
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; known: {', '.join(STAGES)}")
-    unknown = sorted(set(recipe.threads) - set(STAGES))
-    if unknown:
-        raise ValueError(f"threads: unknown stage {', '.join(unknown)}; known: {', '.join(STAGES)}")
+    check_threads_keys(recipe.threads)
     parent_stage = STAGES[stage][1]
     init_distributed(recipe.launch.timeout_minutes)
     stage_dir = Path(stage_dir) if stage_dir is not None else recipe.stage_dir(stage)
     if is_main():
         lock_stage(stage_dir)  # a second run of the same stage folder refuses, naming the first one's process
     try:
-        return _run_locked(recipe, stage, body, stage_dir, parent_stage, restart, parent_dir, reuse)
+        return _run_locked(recipe, stage, body, stage_dir, parent_stage, restart, parent_dir, reuse, side_work)
     finally:
         unlock_stage(stage_dir)
 
 
-def _run_locked(recipe, stage, body, stage_dir: Path, parent_stage, restart, parent_dir, reuse) -> Manifest:
+def check_threads_keys(threads: dict) -> None:
+    """The recipe's ``threads`` names stages and parts of stages that exist."""
+    known = [*STAGES, *(f"{s}.{p}" for s, parts in STAGE_PARTS.items() for p in parts)]
+    unknown = sorted(set(threads) - set(known))
+    if unknown:
+        raise ValueError(f"threads: unknown stage or part {', '.join(unknown)}; known: {', '.join(known)}")
+
+
+def side_work_for(stage: str, later: list[str]) -> Callable | None:
+    """The side work :data:`SIDE_WORK` gives ``stage`` when the stage it serves is among ``later``
+    (the stages the same command runs afterwards)."""
+    import importlib
+
+    if stage not in SIDE_WORK or SIDE_WORK[stage][0] not in later:
+        return None
+    module, _, function = SIDE_WORK[stage][1].partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def _run_locked(recipe, stage, body, stage_dir: Path, parent_stage, restart, parent_dir, reuse,
+                side_work) -> Manifest:
     if parent_stage:
         parent = require_parent(Path(parent_dir) if parent_dir is not None else recipe.stage_dir(parent_stage),
                                 parent_stage, parent_stage)
@@ -137,7 +199,7 @@ def _run_locked(recipe, stage, body, stage_dir: Path, parent_stage, restart, par
 
     setup_logging(stage_dir / ("stage.log" if is_main() else f"stage.rank{rank()}.log"))
     manifest = Manifest.start(stage_dir, stage, recipe, parent=parent, resumed=resumed)
-    ctx = StageContext(recipe, stage, stage_dir, manifest, parent, resumed, dict(reuse or {}))
+    ctx = StageContext(recipe, stage, stage_dir, manifest, parent, resumed, dict(reuse or {}), side_work)
     threads = choose_threads(at_most=recipe.threads.get(stage))  # fixed for the stage: see stages/threads.py
     manifest.update_metrics(threads=threads)
     log.info("%s: %d torch threads on %d cores (%s%s)", stage, threads["threads"], threads["cores"],

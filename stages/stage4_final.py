@@ -65,7 +65,7 @@ from stages import rewards as R
 from stages.common import load_sampler, pick_device, release, run_once
 from stages.reward_model import RewardScorer, train_reward_model
 from stages.rl import reward_functions, run_rl
-from stages.runner import base_of, model_ref
+from stages.runner import base_of, model_ref, stage_part
 from stages.sft import run_sft
 
 log = logging.getLogger("r1")
@@ -91,21 +91,23 @@ def run(ctx, callbacks=None) -> Path:
     base = base_of(ctx.parent)
     general_train, general_test = load_general(recipe.stage4.general, recipe.seed)
 
-    with substep(m, "rejection"):
+    with substep(m, "rejection"), stage_part(ctx, "rejection"):
         reasoning = rejection_step(ctx, model_ref(ctx.parent))
-    with substep(m, "sft"):
+    sft_pending = done.get("sft", {}).get("status") != "complete"
+    # its own thread count (recipe threads "stage4.sft"); a core it leaves free builds distill's student base
+    with substep(m, "sft"), stage_part(ctx, "sft", side_work=sft_pending):
         mix = sft_mix(reasoning, general_train, cfg.general, seed=recipe.seed)
         write_jsonl_atomic(ctx.dir / "sft_mix.jsonl", mix)
         m.update_metrics(sft_mix={"reasoning": len(reasoning), "general": len(mix) - len(reasoning),
                                   "general_harmful": sum(bool(r.get("harmful")) for r in mix),
                                   "general_unsafe_answers": sum(bool(r.get("unsafe")) for r in mix)})
         sft_model = run_sft(ctx, cfg.sft, rows=mix, model_ref=base, name="sft")
-    with substep(m, "reward_models"):
+    with substep(m, "reward_models"), stage_part(ctx, "reward_models"):
         rms = {name: reward_model_step(ctx, name, general_train, init_ref=str(sft_model)) for name in RM_PART}
     scorers = {name: RewardScorer(ref, device=pick_device(recipe.device), trust_remote_code=recipe.trust_remote_code)
                for name, ref in rms.items()}
     general_eval_step(ctx, "sft", str(sft_model), general_test, scorers)  # before the final RL changes anything
-    with substep(m, "final_rl"):
+    with substep(m, "final_rl"), stage_part(ctx, "final_rl"):
         final = final_rl(ctx, str(sft_model), general_train, scorers, callbacks)
     general_eval_step(ctx, "final", str(final), general_test, scorers)
     before, after = m.data["metrics"]["general_sft"], m.data["metrics"]["general_final"]

@@ -18,16 +18,31 @@ Who decides, first match wins: ``R1_THREADS=N`` (fixed; e.g. for bit-for-bit com
 on a busy machine), then ``OMP_NUM_THREADS`` when it is set (a launcher's choice, e.g. torchrun's one
 thread per process), then the measurement, capped by the recipe's ``threads`` for the stage; on a
 machine with a CUDA device, torch's own default.
+
+**Parts of a stage** may run on fewer threads than the stage (the recipe's ``threads: {"stage4.sft": 1}``,
+:func:`part_threads`): a part whose operators are too small to gain from a second thread leaves that core
+to **side work**, a later stage's independent work in a single-threaded process (:class:`SideJob`; the
+pipeline builds the distillation student's base beside stage 4's SFT). The part's count comes from the
+recipe, not from whether side work runs, so a stage computes the same numbers with or without it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import subprocess
+import sys
 import time
+from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 
-__all__ = ["busy_elsewhere", "choose_threads"]
+from data import timing
+
+__all__ = ["SideJob", "busy_elsewhere", "choose_threads", "part_threads"]
+
+log = logging.getLogger("r1")
 
 
 def _busy_and_own() -> tuple[float, float]:
@@ -84,3 +99,65 @@ def choose_threads(*, measure_seconds: float = 0.6, at_most: int | None = None) 
     torch.set_num_threads(threads)
     return {"threads": threads, "cores": cores, "busy_elsewhere": round(elsewhere, 2),
             "chosen_by": "measured, capped by the recipe's threads" if capped else "measured"}
+
+
+@contextmanager
+def part_threads(at_most: int | None):
+    """Run the block on at most ``at_most`` torch threads (None: the stage's count); yields how many of the
+    stage's threads the block leaves free, for side work. The stage's count is restored afterwards."""
+    before = torch.get_num_threads()
+    now = min(before, at_most) if at_most else before
+    torch.set_num_threads(now)
+    try:
+        yield before - now
+    finally:
+        torch.set_num_threads(before)
+
+
+def _die_with_parent() -> None:  # in the child, before exec: a killed stage leaves no side work running on
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class SideJob:
+    """Another process (``python -m <module> <args>``) on ``threads`` torch threads (``R1_THREADS``),
+    doing optional work while the stage leaves it cores: its output, written atomically, is only ever a
+    head start for the stage that needs it, which does the work itself when the output is missing.
+    stdout and stderr go to ``log_path``; the process is killed if this one dies."""
+
+    def __init__(self, what: str, module: str, args: list[str], *, log_path: Path, threads: int):
+        self.what, self.log_path, self.t0 = what, Path(log_path), time.time()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "R1_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
+        env.pop("OMP_NUM_THREADS", None)
+        with open(self.log_path, "w", encoding="utf-8") as out:
+            self.process = subprocess.Popen([sys.executable, "-m", module, *args], stdout=out,
+                                            stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)
+        log.info("side work: %s (process %d, %d thread(s), log %s)", what, self.process.pid, threads, self.log_path)
+
+    def finish(self) -> dict:
+        """Wait for the process (the wait counts as ``waiting``); what it did, for the manifest."""
+        t_wait = time.time()
+        with timing.timed("waiting"):
+            rc = self.process.wait()
+        record = {"what": self.what, "seconds": round(time.time() - self.t0, 1),
+                  "waited_seconds": round(time.time() - t_wait, 1), "exit_code": rc}
+        if rc:
+            tail = self.log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
+            log.warning("side work failed (%s, exit code %d; %s); the stage that needs it will do it itself:\n%s",
+                        self.what, rc, self.log_path, "\n".join(tail))
+        else:
+            log.info("side work done: %s in %.0f s (waited %.0f s for it)", self.what, record["seconds"],
+                     record["waited_seconds"])
+        return record
+
+    def stop(self) -> None:
+        """The stage failed: the side work is abandoned (its output is written atomically or not at all)."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()

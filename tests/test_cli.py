@@ -40,9 +40,13 @@ def test_pipeline_runs_every_stage_in_order_in_one_process_then_status_and_repor
     import stages.runner
     from stages import cli
 
-    calls = []
-    monkeypatch.setattr(stages.runner, "run_stage",
-                        lambda recipe, stage, body, restart: calls.append((stage, body, restart)))
+    calls, side = [], {}
+
+    def run_stage(recipe, stage, body, restart, side_work):
+        calls.append((stage, body, restart))
+        side[stage] = side_work
+
+    monkeypatch.setattr(stages.runner, "run_stage", run_stage)
     monkeypatch.setattr(cli, "cmd_status", lambda a: calls.append(("status", a.run_dir)))
     monkeypatch.setattr(cli, "cmd_report", lambda a: calls.append(("report", a.run_dir)))
     assert cli.main(["pipeline", "--restart", "--set", f"run_root={tmp_path}"]) == 0
@@ -50,6 +54,8 @@ def test_pipeline_runs_every_stage_in_order_in_one_process_then_status_and_repor
     assert calls[-4][1] is stages.distill.run and calls[-3][1] is stages.distill.run_control
     assert all(c[2] is True for c in calls[:-2])
     assert calls[-1][1] == str(tmp_path / "tiny")
+    # the distillation student's base is built beside stage 4 (distill runs later in the same command)
+    assert side == {**dict.fromkeys(stages.runner.STAGES), "stage4": stages.distill.student_bases_job}
 
 
 def test_pipeline_dry_run_plans_every_stage(capsys):

@@ -28,7 +28,8 @@ from data.templates import CHAT_INSTRUCTION, chat_user_message, summary_of
 from stages.manifest import Manifest
 from stages.report import build_report
 from stages.reward_model import RewardScorer
-from stages.runner import run_stage
+from stages.runner import run_stage, side_work_for
+from stages.threads import part_threads
 from tests.micro import MICRO4, chain_recipe
 
 pytestmark = pytest.mark.train  # every test here trains a model
@@ -130,16 +131,25 @@ def control_calls(monkeypatch):
     return calls
 
 
-def test_stage4_then_distillation(chain, tmp_path, scripted, control_calls):  # noqa: F811
+def test_stage4_then_distillation(chain, tmp_path, scripted, control_calls, monkeypatch):  # noqa: F811
     r = chain_recipe(chain, tmp_path, "s4", MICRO4)
     assert run_stage(r, "stage2", stages.stage2_cold_start.run).status == "complete"
     assert run_stage(r, "stage3", stages.stage3_reasoning_rl.run).status == "complete"
 
+    # as in `r1 pipeline`: distill comes later, so stage 4's SFT (on 1 of the stage's 2 threads, the tiny
+    # recipe's threads) has the student's base built beside it
+    monkeypatch.setenv("R1_THREADS", "2")
     with pytest.raises(KeyboardInterrupt):
-        run_stage(r, "stage4", lambda ctx: stages.stage4_final.run(ctx, callbacks=[Interrupt()]))
+        run_stage(r, "stage4", lambda ctx: stages.stage4_final.run(ctx, callbacks=[Interrupt()]),
+                  side_work=side_work_for("stage4", ["distill", "distill_rl"]))
+    monkeypatch.delenv("R1_THREADS")
     d4 = r.stage_dir("stage4")
     m = Manifest.load(d4)
     assert m.status == "failed"
+    assert m.data["metrics"]["threads"]["threads"] == 2 and m.data["metrics"]["part_threads"]["sft"] == 1
+    side = m.data["metrics"]["side_work"]
+    assert side["exit_code"] == 0 and side["during"] == "stage4.sft" and "student(s) s1" in side["what"]
+    assert (stages.distill.prebuilt_dir(r, r.distill.students[0]) / "build.json").is_file()
     assert {k: v["status"] for k, v in m.data["metrics"]["substeps"].items()} == {
         "rejection": "complete", "sft": "complete", "reward_models": "complete", "final_rl": "running"}
 
@@ -188,6 +198,13 @@ def test_stage4_then_distillation(chain, tmp_path, scripted, control_calls):  # 
     md = run_stage(r, "distill", stages.distill.run)
     dd = r.stage_dir("distill")
     student = md.data["metrics"]["students"]["s1"]
+    # its base is the one built beside stage 4, and the same, bit for bit, as one built here
+    assert student["pretrain"]["built"] == "beside stage4.sft (side work)" and student["pretrain"]["threads"] == 1
+    assert not stages.distill.prebuilt_dir(r, r.distill.students[0]).exists()
+    here = tmp_path / "built_here"
+    with part_threads(1):
+        stages.distill._build_student_base(stages.distill._student_recipe(r, r.distill.students[0]), here)
+    assert (here / "model.safetensors").read_bytes() == (dd / "s1" / "base" / "model.safetensors").read_bytes()
     assert md.status == "complete" and student["sft"]["rows"] == len(mix) and "pass@1" in student["eval"]
     base_params = Manifest.load(chain[0] / "tiny" / "base").data["metrics"]["pretrain"]["parameters"]
     assert student["pretrain"]["parameters"] < 0.5 * base_params  # a smaller model than the teacher's base
@@ -225,6 +242,7 @@ def test_stage4_then_distillation(chain, tmp_path, scripted, control_calls):  # 
 
     text = build_report(r.stage_dir("base").parent).read_text()  # every stage of the chain, one page
     assert "student s1 (distilled)" in text and "| missing |" not in text.split("## Findings")[0]
+    assert "(stage4.sft), another process built the base of student(s) s1 for distill: " in text
 
     # a control whose budget is not the one the student was distilled with is refused
     other = dataclasses.replace(r.distill, budget_steps=3, control=dataclasses.replace(r.distill.control, steps=3))

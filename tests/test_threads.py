@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from stages.threads import busy_elsewhere, choose_threads
+from stages.threads import SideJob, busy_elsewhere, choose_threads, part_threads
 
 CORES = len(os.sched_getaffinity(0))
 
@@ -101,8 +101,35 @@ def test_the_recipe_caps_a_stages_threads(monkeypatch):
     assert choose_threads(at_most=CORES + 1)["threads"] == CORES == torch.get_num_threads()
     monkeypatch.setenv("R1_THREADS", "2")
     assert choose_threads(at_most=1)["threads"] == 2
-    assert load_recipe("tiny").threads == {"distill_rl": 1}
+    assert load_recipe("tiny").threads == {"distill_rl": 1, "stage4.sft": 1, "distill.student_base": 1}
     with pytest.raises(ValueError, match="every count must be at least 1"):
         load_recipe("tiny", ["threads={stage1: 0}"])
-    with pytest.raises(ValueError, match="threads: unknown stage stage9"):
-        runner.run_stage(load_recipe("tiny", ["threads={stage9: 1}"]), "stage1", lambda ctx: None)
+    for key in ("stage9", "stage4.nope", "stage1.sft"):
+        with pytest.raises(ValueError, match=f"threads: unknown stage or part {key};"):
+            runner.run_stage(load_recipe("tiny", [f"threads={{{key}: 1}}"]), "stage1", lambda ctx: None)
+
+
+def test_a_part_runs_on_its_own_count_and_gives_the_stage_its_count_back():
+    torch.set_num_threads(2)
+    with part_threads(1) as spare:
+        assert torch.get_num_threads() == 1 and spare == 1
+    assert torch.get_num_threads() == 2
+    with part_threads(None) as spare, part_threads(3) as spare_inner:
+        assert torch.get_num_threads() == 2 and spare == spare_inner == 0
+    with pytest.raises(KeyError), part_threads(1):
+        raise KeyError("a part that fails")
+    assert torch.get_num_threads() == 2
+
+
+def test_side_work_that_fails_is_reported_and_side_work_of_a_failed_stage_is_stopped(tmp_path, caplog):
+    """Side work is optional: a failure is logged with its log's tail (the stage that needs the work does it
+    itself) and recorded; a stage that fails kills its side work instead of leaving it running."""
+    failing = SideJob("a failing job", "stages.no_such_module", [], log_path=tmp_path / "fail.log", threads=1)
+    record = failing.finish()
+    assert record["exit_code"] != 0 and record["what"] == "a failing job"
+    assert "No module named stages.no_such_module" in caplog.text
+    slow = SideJob("a slow job", "timeit", ["-n", "1", "-r", "1", "import time; time.sleep(60)"],
+                   log_path=tmp_path / "slow.log", threads=1)
+    t0 = time.time()
+    slow.stop()
+    assert slow.process.returncode is not None and time.time() - t0 < 10
