@@ -63,7 +63,7 @@ import torch
 from data.datasets import load_rows
 from data.jsonl import atomic_write_json, read_jsonl, read_jsonl_tolerant
 from data.templates import chat_user_message, training_chat_template
-from stages.common import load_tokenizer, run_once, save_model_atomically, world_size
+from stages.common import is_main, load_tokenizer, run_once, save_model_atomically, world_size
 from stages.manifest import Manifest, ManifestError
 from stages.pretrain import pretrain_tiny
 from stages.recipe import Recipe
@@ -215,10 +215,12 @@ def student_base(ctx, student) -> str:
     student_recipe = _student_recipe(ctx.recipe, student)
     with stage_part(ctx, "student_base", side_work=False):
         threads = torch.get_num_threads()
-        prebuilt = run_once(_adopt_prebuilt, ctx.recipe, student, student_recipe, threads, target)
+        prebuilt = run_once(_adopt_prebuilt, ctx.recipe, student, threads, target)
         if prebuilt is not None:
             record["pretrain"] = prebuilt
             ctx.manifest.save()
+            if is_main():  # only now: until the manifest records the base, build.json vouches for it
+                shutil.rmtree(prebuilt_dir(ctx.recipe, student), ignore_errors=True)
             return str(target)
         arch, steps = student_recipe.base.architecture, student_recipe.base.pretrain.steps
         log.info("student %s: building a tiny base (hidden %d, %d layers, %d steps, %d thread(s))", student.name,
@@ -274,16 +276,18 @@ def _needs_base(recipe, student) -> bool:
 
 def student_bases_job(recipe) -> SideJob | None:
     """Start building the tiny students' bases that distill will need, in another process on the
-    thread count of ``distill.student_base``; None when there is none to build."""
-    names = [s.name for s in recipe.distill.students if _needs_base(recipe, s)]
+    thread count of ``distill.student_base``; None when there is none to build (a resumed stage 4 does
+    not build a complete one again)."""
+    threads = recipe.threads.get("distill.student_base") or 1
+    names = [s.name for s in recipe.distill.students
+             if _needs_base(recipe, s) and _prebuilt(recipe, s, threads, placed=None) is None]
     if not names:
         return None
     folder = recipe.stage_dir("distill").parent / ".prebuilt"
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write_json(folder / "recipe.json", recipe.to_dict())
     return SideJob(f"the base of student(s) {', '.join(names)} for distill", "stages.distill",
-                   ["prebuild", str(folder / "recipe.json"), *names], log_path=folder / "build.log",
-                   threads=recipe.threads.get("distill.student_base") or 1)
+                   ["prebuild", str(folder / "recipe.json"), *names], log_path=folder / "build.log", threads=threads)
 
 
 def _prebuild(recipe_json: Path, names: list[str]) -> None:
@@ -299,24 +303,34 @@ def _prebuild(recipe_json: Path, names: list[str]) -> None:
                                                    "stats": stats})  # last: the build is complete
 
 
-def _adopt_prebuilt(recipe, student, student_recipe, threads: int, target: Path) -> dict | None:
-    """Move a prebuilt base into ``target`` if it is the one this stage would build; its pretraining
+def _prebuilt(recipe, student, threads: int, placed: Path | None) -> dict | None:
+    """The ``build.json`` of a complete prebuilt base of this student recipe on ``threads`` threads, else
+    None. ``placed``: where distill moves it; a base found there counts when a killed run moved it but
+    did not record it (``build.json`` stays until distill's manifest has the record)."""
+    folder = prebuilt_dir(recipe, student)
+    if not (folder / PREBUILT_INFO).is_file():
+        return None
+    info = json.loads((folder / PREBUILT_INFO).read_text(encoding="utf-8"))
+    there = (folder / "model").is_dir() or (placed is not None and placed.is_dir())
+    current = info.get("recipe_hash") == _student_recipe(recipe, student).hash() and info.get("threads") == threads
+    return info if there and current else None
+
+
+def _adopt_prebuilt(recipe, student, threads: int, target: Path) -> dict | None:
+    """Move the prebuilt base into ``target`` if it is the one this stage would build; its pretraining
     record, or None (a missing, partial or different one is removed)."""
     folder = prebuilt_dir(recipe, student)
-    info_path = folder / PREBUILT_INFO
-    if not info_path.is_file():
+    info = _prebuilt(recipe, student, threads, placed=target)
+    if info is None:
+        if folder.exists():
+            log.info("student %s: %s holds no complete base of this recipe on %d thread(s); building it here",
+                     student.name, folder, threads)
         shutil.rmtree(folder, ignore_errors=True)
         return None
-    info = json.loads(info_path.read_text(encoding="utf-8"))
-    if info.get("recipe_hash") != student_recipe.hash() or info.get("threads") != threads:
-        log.info("student %s: the prebuilt base in %s is not this recipe's on %d thread(s); building it here",
-                 student.name, folder, threads)
-        shutil.rmtree(folder, ignore_errors=True)
-        return None
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(target, ignore_errors=True)
-    (folder / "model").rename(target)
-    shutil.rmtree(folder, ignore_errors=True)
+    if (folder / "model").is_dir():
+        shutil.rmtree(target, ignore_errors=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        (folder / "model").rename(target)
     log.info("student %s: base built beside stage 4's SFT (%s, %d thread(s)), adopted", student.name, folder, threads)
     return {**info["stats"], "threads": threads, "built": "beside stage4.sft (side work)"}
 

@@ -11,7 +11,9 @@ filters, judges, reward-model scores and files must come out as those scripts im
 and the distillation arms train the real models. Learning is measured by ``make pipeline``."""
 
 import dataclasses
+import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -371,3 +373,49 @@ def test_preference_datasets_in_every_trl_form(tmp_path):
         assert p["chosen"][0] == user[0] and p["rejected"][0] == user[0]
         assert p["chosen"][-1]["role"] == "assistant" and p["chosen"][-1]["content"] != p["rejected"][-1]["content"]
     assert len(load_preference_pairs(SimpleNamespace(source="jsonl", name=str(path), limit=2))) == 2
+
+
+def test_a_prebuilt_student_base_is_adopted_only_when_it_is_the_one_distill_would_build(tmp_path, monkeypatch):
+    """distill takes the side work's base only if it was built from the same student recipe on the thread
+    count distill uses (else it builds its own), and also when a killed run had moved it but not yet
+    recorded it; a complete one is not built again by a resumed stage 4."""
+    from stages.recipe import load_recipe
+    from stages.runner import StageContext
+
+    r = load_recipe("tiny", [f"run_root={tmp_path}", *MICRO4])
+    student = r.distill.students[0]
+    folder = stages.distill.prebuilt_dir(r, student)
+
+    def prebuild(threads: str) -> None:  # what the side work does, here
+        monkeypatch.setenv("R1_THREADS", threads)
+        (tmp_path / "recipe.json").write_text(json.dumps(r.to_dict()))
+        stages.distill._prebuild(tmp_path / "recipe.json", [student.name])
+        monkeypatch.delenv("R1_THREADS")
+
+    def distill_ctx() -> StageContext:
+        d = r.stage_dir("distill")
+        shutil.rmtree(d, ignore_errors=True)
+        return StageContext(r, "distill", d, Manifest.start(d, "distill", r), None, False)
+
+    prebuild("2")  # not distill's count (distill.student_base: 1)
+    ctx = distill_ctx()
+    stages.distill.student_base(ctx, student)
+    assert ctx.manifest.data["metrics"]["students"][student.name]["pretrain"]["built"] == "here"
+    assert not folder.exists()
+    built_here = (ctx.dir / student.name / "base" / "model.safetensors").read_bytes()
+
+    prebuild("1")
+    assert stages.distill._prebuilt(r, student, 1, placed=None) is not None
+    assert stages.distill._prebuilt(r, student, 2, placed=None) is None
+    shutil.rmtree(r.stage_dir("distill"))
+    assert stages.distill.student_bases_job(r) is None  # complete and current: a resumed stage 4 starts none
+    ctx = distill_ctx()
+    target = ctx.dir / student.name / "base"
+    target.parent.mkdir(parents=True)
+    (folder / "model").rename(target)  # a distill killed after the move, before the record
+    monkeypatch.setattr(stages.distill, "_build_student_base", lambda *a: pytest.fail("built again"))
+    stages.distill.student_base(ctx, student)
+    record = ctx.manifest.data["metrics"]["students"][student.name]["pretrain"]
+    assert record["built"] == "beside stage4.sft (side work)" and record["threads"] == 1
+    assert (target / "model.safetensors").read_bytes() == built_here  # the same weights on the same count
+    assert not folder.exists()
