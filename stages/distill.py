@@ -213,7 +213,7 @@ def student_base(ctx, student) -> str:
     if "pretrain" in record and target.is_dir():
         return str(target)
     student_recipe = _student_recipe(ctx.recipe, student)
-    with stage_part(ctx, "student_base", side_work=False):
+    with stage_part(ctx, "student_base"):  # on the recipe's count for it: the same as the side work's
         threads = torch.get_num_threads()
         prebuilt = run_once(_adopt_prebuilt, ctx.recipe, student, threads, target)
         if prebuilt is not None:

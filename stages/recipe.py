@@ -903,7 +903,8 @@ class Recipe:
     run_root: str = "runs"
     trust_remote_code: bool = False
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    # torch threads on the CPU, at most, per stage (stage → count; stages/threads.py measures the free cores)
+    # torch threads on the CPU, at most, per stage or part of a stage (``stage4`` or ``stage4.sft`` → count;
+    # stages/threads.py measures the free cores; the parts are stages.runner.STAGE_PARTS)
     threads: dict[str, int] = field(default_factory=dict)
     task_world: TaskWorldConfig | None = field(default_factory=TaskWorldConfig)
     data: DataConfig = field(default_factory=DataConfig)
