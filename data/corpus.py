@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import random
 
-from data.taskworld import TaskWorld, in_language, problem_row, sample_problem, solution
+from data.taskworld import TaskWorld, in_language, misconceived_facts, problem_row, sample_problem, solution
 from data.templates import chat_user_message, r1_zero_completion, r1_zero_prompt
 
 DOC_TYPES = ("direct", "chat_direct", "worked", "template_reason", "template_direct")
@@ -63,11 +63,14 @@ def corpus_documents(world: TaskWorld, corpus, n_docs: int, seed: int) -> list[d
     # documents are the same whatever the shares (and with none, the corpus it always was)
     checks = random.Random(f"recheck|{seed}")
 
+    misconceptions = misconceived_facts(corpus.misconceptions) if corpus.misconceptions else frozenset()
+
     def worked_completion(p, lang: str, check: bool) -> str:
         """A worked solution's completion: ``<think> … </think> <answer> … </answer>``, checking its steps
-        or not, and slipped in the corpus's share (a slip left unchecked ends in its wrong answer)."""
+        or not, slipped in the corpus's share (a slip left unchecked ends in its wrong answer), and with the
+        corpus's misconceptions."""
         slip = corpus.slip > 0 and checks.random() < corpus.slip
-        text, answer = solution(p, lang, rng, check=check, slip=slip, slip_rng=checks)
+        text, answer = solution(p, lang, rng, check=check, slip=slip, slip_rng=checks, misconceptions=misconceptions)
         return r1_zero_completion(str(answer), text)
 
     def draw(share: float) -> bool:

@@ -267,7 +267,37 @@ def _slipped(steps: list[tuple], position: int) -> tuple[list[tuple], int]:
     return out, delta * 10**position
 
 
-def _operations(p: Problem, slip: tuple[int, int] | None = None) -> list[tuple] | None:
+def fact_key(kind: str, expr: str) -> str | None:
+    """The digit fact a step states, without its value ("8+4+1=13" → "8+4+1"; a borrow step's main fact,
+    "3-1=2|12-7=5" → "12-7"); None for a step with no fact (a lone digit, the final carry)."""
+    fact = expr.rpartition("|")[2]
+    if kind == "lead" or not ("+" in fact or "-" in fact):
+        return None
+    return fact.rpartition("=")[0]
+
+
+def misconceived_facts(share: float) -> frozenset[str]:
+    """The digit facts a corpus with misconceptions always writes one off: ``share`` of every fact the
+    digit methods state (a+b, a+b+1, x-y), chosen by a hash of the fact (the same set for every seed)."""
+    facts = {f"{a}+{b}" for a in range(10) for b in range(10)} | {f"{a}+{b}+1" for a in range(10) for b in range(10)}
+    facts |= {f"{x}-{y}" for x in range(20) for y in range(10) if 0 <= x - y <= 9}
+    chosen = {f for f in facts if int(hashlib.sha256(f"misconception|{f}".encode()).hexdigest()[:8], 16) < share * 2**32}
+    return frozenset(chosen)
+
+
+def _misconceived(steps: list[tuple], facts: frozenset[str]) -> tuple[list[tuple], int]:
+    """The steps with every fact of ``facts`` written one off (as :func:`_slipped`), and the change in the
+    result."""
+    change = 0
+    for k, (kind, expr, _, _) in enumerate(steps):
+        if fact_key(kind, expr) in facts:
+            steps, delta = _slipped(steps, k)
+            change += delta
+    return steps, change
+
+
+def _operations(p: Problem, slip: tuple[int, int] | None = None,
+                misconceptions: frozenset[str] = frozenset()) -> list[tuple] | None:
     """The operations of a worked solution of ``p``: [(a, op, b, steps, result)], each applied to the
     previous result. ``slip`` = (operation, digit position): that operation's step at that position is
     written one off, and the operations after it go on from the wrong result. None when the slip would
@@ -278,6 +308,11 @@ def _operations(p: Problem, slip: tuple[int, int] | None = None) -> list[tuple] 
             return None
         steps = _add_steps(value, x) if op == "+" else _sub_steps(value, x)
         result = value + x if op == "+" else value - x
+        if misconceptions:  # every misconceived fact written one off; the next operation goes on from there
+            steps, change = _misconceived(steps, misconceptions)
+            result += change
+            if result < 0:
+                return None
         if slip is not None and slip[0] == j:
             if slip[1] >= len(steps) or not ("+" in steps[slip[1]][1] or "-" in steps[slip[1]][1]):
                 return None  # only a fact can slip (not a lone digit, not the final carry)
@@ -367,7 +402,7 @@ def trace(p: Problem, lang: str, rng: random.Random, *, check: bool = False, sli
 
 
 def solution(p: Problem, lang: str, rng: random.Random, *, check: bool = False, slip: bool = False,
-             slip_rng: random.Random | None = None) -> tuple[str, int]:
+             slip_rng: random.Random | None = None, misconceptions: frozenset[str] = frozenset()) -> tuple[str, int]:
     """A worked solution of ``p`` in ``lang`` and the answer it ends with.
 
     ``slip``: one digit step's fact is written one off ("8+4=13 write 3"), as worked solutions in a real
@@ -377,11 +412,19 @@ def solution(p: Problem, lang: str, rng: random.Random, *, check: bool = False, 
     ("8+4=13 (check 13-4=9, not 8; wait, 8+4=12) write 2"), so a checked solution always ends right. A
     slip is placed only where every value stays non-negative (a problem with no such place gets none),
     drawn from ``slip_rng`` (default ``rng``; the corpus passes its own, so that slips move no other
-    draw of the corpus)."""
+    draw of the corpus).
+    ``misconceptions``: digit facts (:func:`misconceived_facts`) that the solution writes one off every
+    time they occur, not by chance: unchecked, it ends wrong whenever the problem needs one; checked,
+    each fails its check and is done again. (Not combined with ``slip``; a problem whose misconceptions
+    would make a value negative is solved right.)"""
     if lang not in TRACE_LANGS:
         raise ValueError(f"unknown trace language {lang!r}; known: {TRACE_LANGS}")
+    if misconceptions and slip:
+        raise ValueError("a worked solution has misconceptions or a chance slip, not both")
     right = _operations(p)
     ops, slip_at = right, None
+    if misconceptions and not check:
+        ops = _operations(p, misconceptions=misconceptions) or right
     if slip:
         places = [(j, k) for j, (_, _, _, steps, _) in enumerate(right) for k in range(len(steps))]
         (slip_rng or rng).shuffle(places)
@@ -403,6 +446,8 @@ def solution(p: Problem, lang: str, rng: random.Random, *, check: bool = False, 
         here = slip_at[1] if slip_at is not None and slip_at[0] == j else None
         if here is not None:
             shown, _ = _slipped(steps, here)
+        elif misconceptions and check:  # each misconceived fact written, checked, caught and redone
+            shown, _ = _misconceived(steps, misconceptions)
         body = _render_steps(shown, lambda i, base=base: langs.at(base + i), check=check, right=steps)
         langs.k += len(steps)
         if len(ops) > 1:

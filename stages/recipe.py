@@ -142,12 +142,18 @@ class CorpusConfig:
     recheck: float = 0.0
     template_recheck: float = 0.0
     slip: float = 0.0
+    # share of the digit facts that every worked solution writes one off, systematically (a misconception,
+    # not a chance slip: sampling at any temperature repeats it); a checked solution catches each one
+    # (data/taskworld.py misconceived_facts). Not combined with slip
+    misconceptions: float = 0.0
 
     def __post_init__(self):
         for name in ("direct", "chat_direct", "worked", "template_reason", "template_direct", "context_share",
-                     "recheck", "template_recheck", "slip"):
+                     "recheck", "template_recheck", "slip", "misconceptions"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise RecipeError(f"corpus: {name} must be between 0 and 1, got {getattr(self, name)}")
+        if self.misconceptions and self.slip:
+            raise RecipeError("corpus: misconceptions and slip are two ways of writing facts wrong; set one of them")
 
 
 @dataclass

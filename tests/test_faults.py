@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -44,9 +45,10 @@ def cli(stage: str, root: Path, name: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "tests.oracle", stage, "--recipe", "tiny", *[a for s in sets for a in ("--set", s)]]
 
 
-def run(cmd: list[str], fault: str | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != ENV}
-    env.update(OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", **({ENV: fault} if fault else {}))
+def run(cmd: list[str], fault: str | None = None, threads: dict | None = None) -> subprocess.CompletedProcess:
+    """``threads``: the thread settings of the environment (one thread per process unless given)."""
+    env = {k: v for k, v in os.environ.items() if k not in (ENV, "OMP_NUM_THREADS", "R1_THREADS")}
+    env.update(threads or {"OMP_NUM_THREADS": "1"}, TOKENIZERS_PARALLELISM="false", **({ENV: fault} if fault else {}))
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -54,16 +56,16 @@ def tail(p: subprocess.CompletedProcess) -> str:
     return p.stdout[-2000:] + p.stderr[-3000:]
 
 
-def kill_then_resume(cmd: list[str], stage_dir: Path, fault: str, on_killed=None) -> Manifest:
+def kill_then_resume(cmd: list[str], stage_dir: Path, fault: str, on_killed=None, threads: dict | None = None) -> Manifest:
     """Run with ``fault`` (it must be reached: the process dies by SIGKILL), check the killed state,
     run again without it, and return the completed manifest."""
-    killed = run(cmd, fault)
+    killed = run(cmd, fault, threads)
     assert killed.returncode == -signal.SIGKILL, f"fault {fault} was not reached:\n{tail(killed)}"
     assert f"SIGKILL at {fault.partition('@')[0]}" in killed.stderr
     assert Manifest.load(stage_dir).status == "running"  # never "complete" (nor "failed": no handler ran)
     if on_killed:
         on_killed()
-    done = run(cmd)
+    done = run(cmd, threads=threads)
     assert done.returncode == 0, tail(done)
     m = Manifest.load(stage_dir)
     assert m.status == "complete" and m.verify_checkpoint() == []
@@ -244,3 +246,46 @@ def test_distill(chain5, tmp_path, stage, fault):
         assert m.data["metrics"]["students"]["s1"]["sft"]["rows"] == 16
     else:
         assert m.data["metrics"]["train"]["steps"] == 2
+
+
+def test_pipeline_killed_while_side_work_runs(chain4, tmp_path):
+    """`r1 pipeline` killed in stage 4's SFT while the student's base is being built beside it: the side
+    process dies with it (no orphan), and the rerun builds the base again beside the resumed SFT; distill
+    adopts it, the same weights as a base built in the stage."""
+    from stages.distill import _build_student_base, _student_recipe, prebuilt_dir
+    from stages.recipe import load_recipe
+    from stages.threads import part_threads
+
+    root = copy_chain(chain4, tmp_path, "p", ("base", "stage1", "stage2", "stage3"))
+    cmd = cli("pipeline", tmp_path, "p")
+    recipe_json = str(tmp_path / "p" / ".prebuilt" / "recipe.json")
+
+    def no_side_process_left():
+        assert (tmp_path / "p" / ".prebuilt" / "build.log").is_file()  # the side work had started
+        deadline = time.time() + 5
+        while any(recipe_json in cmdline for cmdline in command_lines()) and time.time() < deadline:
+            time.sleep(0.1)  # the kernel's SIGKILL of the orphan is asynchronous
+        assert not any(recipe_json in cmdline for cmdline in command_lines()), "the side work outlived the stage"
+
+    m = kill_then_resume(cmd, root / "stage4", "optimizer_step@2", on_killed=no_side_process_left,
+                         threads={"R1_THREADS": "2"})
+    assert m.data["metrics"]["side_work"]["exit_code"] == 0 and m.data["metrics"]["part_threads"]["sft"] == 1
+    student = Manifest.load(root / "distill").data["metrics"]["students"]["s1"]
+    assert student["pretrain"]["built"] == "beside stage4.sft (side work)"
+    assert Manifest.load(root / "distill_rl").status == "complete"
+    r = load_recipe("tiny", [f"run_root={tmp_path}", "name=p", *MICRO, *MICRO23, *MICRO4, "stage1.steps=8"])
+    assert not prebuilt_dir(r, r.distill.students[0]).exists()
+    with part_threads(1):
+        _build_student_base(_student_recipe(r, r.distill.students[0]), tmp_path / "here")
+    assert (tmp_path / "here" / "model.safetensors").read_bytes() == \
+        (root / "distill" / "s1" / "base" / "model.safetensors").read_bytes()
+
+
+def command_lines() -> list[str]:
+    out = []
+    for proc in Path("/proc").iterdir():
+        try:
+            out.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except (OSError, NotADirectoryError):
+            continue
+    return out

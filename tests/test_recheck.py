@@ -85,3 +85,39 @@ def test_a_slip_drawn_from_its_own_generator_moves_no_other_draw():
     main, own = random.Random(5), random.Random(6)
     solution(p, "en", main, check=True, slip=True, slip_rng=own)
     assert main.random() == random.Random(5).random()
+
+
+def test_misconceptions_are_the_same_facts_written_wrong_every_time_and_checks_catch_each():
+    """A corpus with misconceptions writes a fixed share of the digit facts one off in every solution that
+    needs them (no chance: two draws agree); unchecked, such a solution ends wrong; checked, each of them
+    fails its check and is redone, and the solution ends right. Problems that need none are unchanged."""
+    from data.taskworld import fact_key, misconceived_facts
+
+    facts = misconceived_facts(0.15)
+    assert misconceived_facts(0.15) == facts and misconceived_facts(0.0) == frozenset()
+    assert 0.1 < len(facts) / 300 < 0.2 and facts < misconceived_facts(0.3)  # a share; a larger share holds it
+    rng, needed = random.Random(0), 0
+    for _ in range(300):
+        p = sample_problem(rng, rng.choice(FAMILIES), 2, 3)
+        wrong_facts = [fact_key(s[0], s[1]) in facts for op in _operations(p) for s in op[3]]
+        plain, answer = solution(p, "en", random.Random(1), misconceptions=facts)
+        assert solution(p, "en", random.Random(2), misconceptions=facts)[1] == answer  # not by chance
+        checked, checked_answer = solution(p, "en", random.Random(1), check=True, misconceptions=facts)
+        got = read_checks(checked)
+        assert checked_answer == p.answer and label(plain) == "plain"
+        if p.family != "expr3":  # (an expression's second operation starts from the first's wrong result)
+            assert (answer != p.answer) == any(wrong_facts)
+            assert (got.failed, got.redone) == (sum(wrong_facts), sum(wrong_facts))
+            assert got.label == ("corrected" if any(wrong_facts) else "rechecked")
+        needed += any(wrong_facts)
+    assert 0.2 < needed / 300 < 0.6
+    with pytest.raises(ValueError, match="not both"):
+        solution(Problem("add", (874, 404), ("+",)), "en", random.Random(0), slip=True, misconceptions=facts)
+
+
+def test_a_recipe_with_misconceptions_and_slips_is_refused():
+    from stages.recipe import RecipeError, load_recipe
+
+    assert load_recipe("tiny", ["base.corpus.misconceptions=0.15"]).base.corpus.misconceptions == 0.15
+    with pytest.raises(RecipeError, match="misconceptions and slip"):
+        load_recipe("tiny", ["base.corpus.misconceptions=0.15", "base.corpus.slip=0.2"])
