@@ -248,6 +248,7 @@ def test_distill(chain5, tmp_path, stage, fault):
         assert m.data["metrics"]["train"]["steps"] == 2
 
 
+@slow  # a whole `r1 pipeline` from stage 4 on, twice (make faults)
 def test_pipeline_killed_while_side_work_runs(chain4, tmp_path):
     """`r1 pipeline` killed in stage 4's SFT while the student's base is being built beside it: the side
     process dies with it (no orphan), and the rerun builds the base again beside the resumed SFT; distill
