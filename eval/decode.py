@@ -348,9 +348,9 @@ def fast_generate(model):
     return generate
 
 
-def _die_with_parent() -> None:
-    """Linux: the kernel SIGKILLs this forked process when its parent dies (a killed stage leaves no
-    sampler running on)."""
+def die_with_parent() -> None:
+    """Linux: the kernel SIGKILLs this (forked or starting) process when its parent dies: a killed stage
+    leaves no sampler or side work (``stages.threads.SideJob``) running on."""
     try:
         import ctypes
         import signal
@@ -370,7 +370,7 @@ def in_processes(one_batch, n_batches: int, processes: int, done) -> None:
     from multiprocessing.connection import wait
 
     def child(rank: int, conn) -> None:
-        _die_with_parent()
+        die_with_parent()
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the Rust tokenizer's pool did not fork
         torch.set_num_threads(1)
         with torch.inference_mode():

@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 
 from data import timing
+from eval.decode import die_with_parent
 
 __all__ = ["SideJob", "busy_elsewhere", "choose_threads", "part_threads"]
 
@@ -114,16 +115,6 @@ def part_threads(at_most: int | None):
         torch.set_num_threads(before)
 
 
-def _die_with_parent() -> None:  # in the child, before exec: a killed stage leaves no side work running on
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 class SideJob:
     """Another process (``python -m <module> <args>``) on ``threads`` torch threads (``R1_THREADS``),
     doing optional work while the stage leaves it cores: its output, written atomically, is only ever a
@@ -137,7 +128,7 @@ class SideJob:
         env.pop("OMP_NUM_THREADS", None)
         with open(self.log_path, "w", encoding="utf-8") as out:
             self.process = subprocess.Popen([sys.executable, "-m", module, *args], stdout=out,
-                                            stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)
+                                            stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent)
         log.info("side work: %s (process %d, %d thread(s), log %s)", what, self.process.pid, threads, self.log_path)
 
     def finish(self) -> dict:
