@@ -66,8 +66,7 @@ from data.templates import chat_user_message, training_chat_template
 from stages.common import is_main, load_tokenizer, run_once, save_model_atomically, world_size
 from stages.manifest import Manifest, ManifestError
 from stages.pretrain import pretrain_tiny
-from stages.recipe import Recipe
-from stages.recipe import build as build_recipe
+from stages.recipe import load_recipe
 from stages.rl import METRICS_NAME, evaluate, run_rl
 from stages.runner import model_ref, stage_part
 from stages.sft import run_sft
@@ -292,7 +291,7 @@ def student_bases_job(recipe) -> SideJob | None:
 
 def _prebuild(recipe_json: Path, names: list[str]) -> None:
     """The side work's body (``python -m stages.distill prebuild RECIPE_JSON NAME…``)."""
-    recipe = build_recipe(Recipe, json.loads(Path(recipe_json).read_text(encoding="utf-8")), str(recipe_json), "")
+    recipe = load_recipe(str(recipe_json))  # the resolved recipe, as JSON (which YAML reads)
     threads = choose_threads()["threads"]  # R1_THREADS, set by the SideJob
     for student in (s for s in recipe.distill.students if s.name in names):
         folder = prebuilt_dir(recipe, student)
