@@ -54,6 +54,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -64,11 +65,11 @@ from data.datasets import load_rows
 from data.jsonl import atomic_write_json, read_jsonl, read_jsonl_tolerant
 from data.templates import chat_user_message, training_chat_template
 from stages.common import is_main, load_tokenizer, run_once, save_model_atomically, world_size
-from stages.manifest import Manifest, ManifestError
+from stages.manifest import MANIFEST_NAME, Manifest, ManifestError, hash_checkpoint
 from stages.pretrain import pretrain_tiny
 from stages.recipe import load_recipe
 from stages.rl import METRICS_NAME, evaluate, run_rl
-from stages.runner import model_ref, stage_part
+from stages.runner import StageContext, model_ref, stage_part
 from stages.sft import run_sft
 from stages.threads import SideJob, choose_threads
 
@@ -282,11 +283,17 @@ def student_bases_job(recipe) -> SideJob | None:
              if _needs_base(recipe, s) and _prebuilt(recipe, s, threads, placed=None) is None]
     if not names:
         return None
-    folder = recipe.stage_dir("distill").parent / ".prebuilt"
-    folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(folder / "recipe.json", recipe.to_dict())
-    return SideJob(f"the base of student(s) {', '.join(names)} for distill", "stages.distill",
+    folder = _write_recipe_json(recipe).parent
+    return SideJob(f"the build of student(s) {', '.join(names)}'s base for distill", "stages.distill",
                    ["prebuild", str(folder / "recipe.json"), *names], log_path=folder / "build.log", threads=threads)
+
+
+def _write_recipe_json(recipe) -> Path:
+    """The resolved recipe, for the side work's process (JSON, which ``load_recipe`` reads as YAML)."""
+    path = recipe.stage_dir("distill").parent / ".prebuilt" / "recipe.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, recipe.to_dict())
+    return path
 
 
 def _prebuild(recipe_json: Path, names: list[str]) -> None:
@@ -334,6 +341,106 @@ def _adopt_prebuilt(recipe, student, threads: int, target: Path) -> dict | None:
     return {**info["stats"], "threads": threads, "built": "beside stage4.sft (side work)"}
 
 
+# -- Side work: the control's training, beside stage 4's reward models and final RL -------------------
+# distill_rl's GRPO needs only the student's base and the training prompts, not stage 4 or distill's
+# student; its "before" is distill's evaluation of the base. So `r1 pipeline` trains it beside stage 4's
+# reward models and final RL (which run on one of the stage's threads: the recipe's threads), in a process
+# on distill_rl's own thread count (the recipe's cap for it), into .prebuilt/distill_rl-<student>/run.
+# distill_rl adopts it only when it was trained from the same recipe (its hash), the same base (the hash
+# of its files) and on the thread count distill_rl runs on: the same weights, bit for bit, as training it
+# in the stage; then it only evaluates. Otherwise it trains as it always did.
+
+
+def control_prebuilt_dir(recipe, name: str) -> Path:
+    return recipe.stage_dir("distill").parent / ".prebuilt" / f"distill_rl-{name}"
+
+
+def control_job(recipe) -> SideJob | None:
+    """Start the control's GRPO training in another process; None when distill_rl could not adopt it (no
+    fixed thread count for distill_rl in the recipe, a pretrained student, evaluations during training, no
+    student base ready) or has trained already."""
+    cfg, threads = recipe.distill.control, recipe.threads.get("distill_rl")
+    if not recipe.distill.students or threads is None or cfg.eval_steps or cfg.eval_every:
+        return None  # without the recipe's count, distill_rl measures its own, which cannot be known here
+    fixed = (os.environ.get("R1_THREADS") or os.environ.get("OMP_NUM_THREADS") or "").strip()
+    if fixed and fixed != str(threads):
+        return None  # distill_rl will run on the count fixed there (stages.threads.choose_threads), not the recipe's
+    name = control_student(recipe)
+    spec = next(s for s in recipe.distill.students if s.name == name)
+    if spec.pretrained or _control_trained(recipe):
+        return None
+    prebuilt = prebuilt_dir(recipe, spec) / "model"
+    if _prebuilt(recipe, spec, recipe.threads.get("distill.student_base") or 1, placed=None) is not None:
+        base = prebuilt  # the side work's, which distill will adopt
+    elif not _needs_base(recipe, spec):
+        base = recipe.stage_dir("distill") / name / "base"  # distill's, recorded
+    else:
+        return None
+    folder = _write_recipe_json(recipe).parent
+    return SideJob(f"the GRPO training of distill_rl's control (student {name})", "stages.distill",
+                   ["prebuild-control", str(folder / "recipe.json"), str(base)], log_path=folder / "control.log",
+                   threads=threads)
+
+
+def _control_trained(recipe) -> bool:
+    try:
+        return "train" in Manifest.load(recipe.stage_dir("distill_rl")).data["metrics"]
+    except ManifestError:  # no distill_rl run yet
+        return False
+
+
+def _prebuild_control(recipe_json: Path, base: str) -> None:
+    """The side work's body (``python -m stages.distill prebuild-control RECIPE_JSON BASE``): run_rl as
+    distill_rl runs it, without its evaluations, in a scratch stage folder."""
+    recipe = load_recipe(str(recipe_json))
+    threads = choose_threads()["threads"]  # R1_THREADS, set by the SideJob
+    name = control_student(recipe)
+    folder = control_prebuilt_dir(recipe, name)
+    shutil.rmtree(folder, ignore_errors=True)  # a stale or half-trained one
+    run = folder / "run"
+    run.mkdir(parents=True)
+    ctx = StageContext(recipe, "distill_rl", run, Manifest.start(run, "distill_rl", recipe), None, False)
+    train_rows, _, source = load_rows(recipe.data.train, recipe)
+    run_rl(ctx, recipe.distill.control, train_rows=train_rows, eval_rows=[], build_prompt=chat_prompt,
+           model_ref=base, data_name=source, data_source=source, eval_template=EVAL_TEMPLATE, held_out=False)
+    atomic_write_json(folder / PREBUILT_INFO, {  # last: the training is complete
+        "recipe_hash": recipe.hash(), "threads": threads, "base": hash_checkpoint(Path(base)),
+        "train": ctx.manifest.data["metrics"]["train"], "input_data": ctx.manifest.data["inputs"]["data"]})
+
+
+def _adopt_control(ctx, name: str, base: str) -> bool:
+    """Take the control's training done beside stage 4, if it is the one this stage would do: its files
+    copied in, its record in the manifest, ``ctx.adopted``. False (and the prebuilt folder removed) if there is
+    none, or a partial or different one."""
+    recipe, m = ctx.recipe, ctx.manifest
+    folder = control_prebuilt_dir(recipe, name)
+    info_path = folder / PREBUILT_INFO
+    info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else None
+    threads = torch.get_num_threads()
+    current = (info is not None and info["recipe_hash"] == recipe.hash() and info["threads"] == threads
+               and (folder / "run" / "checkpoint").is_dir() and info["base"] == hash_checkpoint(Path(base)))
+    if not current:
+        if folder.exists():
+            log.info("distill_rl: %s holds no complete training of this recipe and base on %d thread(s); "
+                     "training here", folder, threads)
+        shutil.rmtree(folder, ignore_errors=True)
+        return False
+    for item in (folder / "run").iterdir():  # copied, not moved: a run killed here copies again
+        if item.name in (MANIFEST_NAME, "stage.log", "trainer") or item.name.startswith("."):
+            continue
+        dest = ctx.dir / item.name
+        shutil.rmtree(dest, ignore_errors=True) if dest.is_dir() else dest.unlink(missing_ok=True)
+        (shutil.copytree if item.is_dir() else shutil.copy2)(item, dest)
+    for d in info["input_data"]:
+        m.add_input_data(d["name"], d["source"], d["rows_used"], d["rows_skipped"], d["sha256"])
+    m.set_input_model(base)
+    m.update_metrics(train={**info["train"], "built": "beside stage4 (side work)", "threads": threads})
+    ctx.adopted = True
+    shutil.rmtree(folder, ignore_errors=True)
+    log.info("distill_rl: the control's training done beside stage 4 (%d thread(s)), adopted", threads)
+    return True
+
+
 def control_student(recipe) -> str:
     cfg = recipe.distill
     return cfg.control_student or cfg.students[0].name
@@ -363,6 +470,10 @@ def run_control(ctx) -> Path:
                      train_template=EVAL_TEMPLATE, eval_before_samples=str(base_samples))
     if "eval_before" not in m.data["metrics"]:  # the base, already evaluated under this protocol by distill
         m.update_metrics(eval_before={**distilled["eval_base"], "from": str(base_samples.parent)})
+    if "train" in m.data["metrics"]:  # trained (or adopted) before a crash: the prebuilt folder is spent
+        shutil.rmtree(control_prebuilt_dir(recipe, name), ignore_errors=True)
+    elif world_size() == 1:
+        _adopt_control(ctx, name, base)
     log.info("distill_rl: GRPO in the %s template on student %s's base (%s), %d optimizer steps", EVAL_TEMPLATE,
              name, base, cfg.steps)
     final = run_rl(ctx, cfg, train_rows=train_rows, eval_rows=eval_rows, build_prompt=chat_prompt, model_ref=base,
@@ -375,10 +486,14 @@ def run_control(ctx) -> Path:
     return final
 
 
-if __name__ == "__main__":  # the side work of r1 pipeline: python -m stages.distill prebuild RECIPE_JSON NAME…
+if __name__ == "__main__":  # the side work of r1 pipeline
     from stages.runner import setup_logging
 
-    if len(sys.argv) < 4 or sys.argv[1] != "prebuild":
-        sys.exit("usage: python -m stages.distill prebuild RECIPE_JSON STUDENT…")
-    setup_logging()
-    _prebuild(Path(sys.argv[2]), sys.argv[3:])
+    if len(sys.argv) >= 4 and sys.argv[1] == "prebuild":
+        setup_logging()
+        _prebuild(Path(sys.argv[2]), sys.argv[3:])
+    elif len(sys.argv) == 4 and sys.argv[1] == "prebuild-control":
+        setup_logging()
+        _prebuild_control(Path(sys.argv[2]), sys.argv[3])
+    else:
+        sys.exit("usage: python -m stages.distill prebuild RECIPE_JSON STUDENT… | prebuild-control RECIPE_JSON BASE")

@@ -232,10 +232,10 @@ def side_work_lines(run: dict) -> list[str]:
     lines = []
     for stage, title in STAGE_TITLES.items():
         side = (run[stage].data.get("metrics", {}).get("side_work") if run[stage] else None) or {}
-        if side:
-            outcome = "done" if side.get("exit_code") == 0 else f"failed (exit code {side.get('exit_code')})"
-            lines.append(f"- Beside {title} ({side['during']}), another process built {side['what']}: "
-                         f"{side['seconds']:.0f} s, {outcome}; the stage waited {side['waited_seconds']:.0f} s for it.")
+        for record in ([side] if "what" in side else side.values()):  # one record (before 2026-12-02) or one per later stage
+            outcome = "done" if record.get("exit_code") == 0 else f"failed (exit code {record.get('exit_code')})"
+            lines.append(f"- Beside {title} ({record['during']}), another process ran {record['what']}: "
+                         f"{record['seconds']:.0f} s, {outcome}; the stage waited {record['waited_seconds']:.0f} s for it.")
     return lines + [""] if lines else []
 
 

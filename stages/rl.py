@@ -576,13 +576,15 @@ def _describe(summary: dict) -> str:
 def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_prompt: Callable[[dict], str | list],
            model_ref: str, data_name: str = "task_world_train", data_source: str = "data/taskworld.py",
            eval_template: str = "r1_zero", callbacks: Sequence | None = None,
-           rewards: tuple[list[str], list[Callable], list[float]] | None = None) -> Path:
+           rewards: tuple[list[str], list[Callable], list[float]] | None = None, held_out: bool = True) -> Path:
     """Train ``model_ref`` with GRPO under ``cfg`` inside a stage (``ctx``: stages.runner.StageContext).
 
     Evaluates ``eval_rows`` before and after, with prompts in ``eval_template`` (``r1_zero`` or
     ``chat``: the format ``build_prompt(row)`` trains in); returns the final checkpoint folder.
     ``callbacks`` are extra ``transformers.TrainerCallback`` objects. ``rewards``: (names, functions,
     weights) instead of the rule rewards ``cfg.rewards`` names (stage 4 routes rows and adds reward models).
+    ``held_out=False``: training only, no evaluation before or after (distill_rl's training done as side
+    work: the stage that adopts it evaluates).
     """
     recipe, m, out = ctx.recipe, ctx.manifest, Path(ctx.dir)
     seed = seed_of(recipe, cfg)
@@ -610,7 +612,8 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
         m.save()
 
     # -- model, data, and the "before" evaluation --------------------------------------------
-    finished = start.done and "eval_before" in m.data["metrics"]  # a resumed run with nothing left but "after"
+    # a resumed (or adopted) run with nothing left but "after"
+    finished = start.done and ("eval_before" in m.data["metrics"] or not held_out)
     if not finished:
         set_seed(seed)
         model, tokenizer = load_model_and_tokenizer(model_ref, device=device, trust_remote_code=recipe.trust_remote_code,
@@ -631,7 +634,7 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
                             too_long, data_source)
         m.add_input_data(data_name, data_source, rows_used=len(train_rows), skipped=skipped)
         reused = ctx.reuse.get("eval_before")  # the same model, rows and protocol, measured by another run
-        if "eval_before" not in m.data["metrics"] and is_main():
+        if held_out and "eval_before" not in m.data["metrics"] and is_main():
             if reused is not None and (Path(reused) / "results.json").is_file():
                 shutil.copytree(reused, out / "eval_before", dirs_exist_ok=True)
                 summary = json.loads((out / "eval_before" / "results.json").read_text(encoding="utf-8"))
@@ -696,7 +699,7 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
                                     "precision": precision.name, "trl": jsonable(settings)})
 
     # -- the "after" evaluation ----------------------------------------------------------------
-    if is_main():
+    if is_main() and held_out:
         log.info("evaluating %d held-out problems after training", len(eval_rows))
         after = evaluate(recipe, model, tokenizer, eval_rows, out / "eval_after", str(final), eval_template)
         m.update_metrics(eval_after=after)

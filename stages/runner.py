@@ -60,11 +60,14 @@ STAGE_PARTS: dict[str, tuple[str, ...]] = {
     "distill": ("student_base",),
 }
 
-# Side work (``stages.threads.SideJob``): while a part of ``stage`` leaves a core free, a later stage's
+# Side work (``stages.threads.SideJob``): while parts of ``stage`` leave a core free, a later stage's
 # independent work runs in a second process, when that later stage runs in the same command (``r1
-# pipeline``). stage → (the later stage, ``module:function`` giving the job, or None when nothing is left to do).
-SIDE_WORK: dict[str, tuple[str, str]] = {
-    "stage4": ("distill", "stages.distill:student_bases_job"),  # the student's base needs only the corpus
+# pipeline``). stage → {the later stage: ``module:function`` giving the job, or None when nothing is left to do}.
+SIDE_WORK: dict[str, dict[str, str]] = {
+    "stage4": {
+        "distill": "stages.distill:student_bases_job",  # the student's base needs only the corpus
+        "distill_rl": "stages.distill:control_job",  # the control's RL needs only the student's base
+    },
 }
 
 
@@ -81,32 +84,53 @@ class StageContext:
     # Results that another run measured already and that this one may take instead of measuring them
     # again (``stages/findings.py``: the before-training evaluation of the same model, rows and protocol).
     reuse: dict = field(default_factory=dict)
-    # A later stage's independent work, to run while a part of this stage leaves a core free
-    # (:func:`stage_part`): called with the recipe, it returns a started ``SideJob`` or None.
-    side_work: Callable | None = None
+    # Later stages' independent work, to run while parts of this stage leave a core free (:func:`side_work`):
+    # later stage → a function of the recipe that returns a started ``SideJob`` or None.
+    side_work: dict[str, Callable] = field(default_factory=dict)
+    # The body took a later stage's work done beside an earlier one instead of doing it (distill_rl's
+    # training): ``stages.trainer.begin`` treats it as finished, as for a resumed run.
+    adopted: bool = False
 
 
 @contextmanager
-def stage_part(ctx: StageContext, part: str, *, side_work: bool = False):
+def stage_part(ctx: StageContext, part: str):
     """``with stage_part(ctx, "sft"):`` runs the block on the recipe's thread count for ``<stage>.<part>``
-    (``threads``; else the stage's). With ``side_work=True``, when that leaves a core free and the stage was
-    given side work, the side work runs meanwhile and the block's end waits for it (a part that is done
-    already, and will be skipped, asks for none). The manifest records the part's count and the side work."""
+    (``threads``; else the stage's), and records it in the manifest."""
+    with part_threads(part_count(ctx, part)):
+        ctx.manifest.data["metrics"].setdefault("part_threads", {})[part] = torch.get_num_threads()
+        yield
+
+
+def part_count(ctx: StageContext, part: str) -> int | None:
+    """The recipe's thread count for ``<stage>.<part>`` (None: the stage's)."""
     if part not in STAGE_PARTS.get(ctx.stage, ()):
         raise ValueError(f"{ctx.stage} has no part {part!r} (stages.runner.STAGE_PARTS)")
-    with part_threads(ctx.recipe.threads.get(f"{ctx.stage}.{part}")) as spare:
-        ctx.manifest.data["metrics"].setdefault("part_threads", {})[part] = torch.get_num_threads()
-        job = None
-        if side_work and spare and ctx.side_work is not None and is_main() and world_size() == 1:
-            job = ctx.side_work(ctx.recipe)
-        try:
-            yield
-        except BaseException:
-            if job is not None:
-                job.stop()
-            raise
+    return ctx.recipe.threads.get(f"{ctx.stage}.{part}")
+
+
+@contextmanager
+def side_work(ctx: StageContext, later: str, parts: tuple[str, ...], *, pending: bool = True):
+    """``with side_work(ctx, "distill", ("sft",)):`` around those parts of the stage: when every one of them
+    leaves a core free (its count in the recipe's ``threads`` is below the stage's) and the command runs
+    ``later`` afterwards (:attr:`StageContext.side_work`), ``later``'s independent work runs meanwhile in
+    another process (:data:`SIDE_WORK`). The block's end waits for it; a failure in the block stops it.
+    ``pending=False`` (the parts are done already and will be skipped) asks for none. The counts come from
+    the recipe, not from whether side work runs, so the stage computes the same numbers either way. The
+    manifest records what ran (``metrics.side_work.<later>``)."""
+    job, start = None, ctx.side_work.get(later)
+    counts = [part_count(ctx, p) or torch.get_num_threads() for p in parts]
+    if pending and start is not None and max(counts) < torch.get_num_threads() and is_main() and world_size() == 1:
+        job = start(ctx.recipe)
+    try:
+        yield
+    except BaseException:
         if job is not None:
-            ctx.manifest.update_metrics(side_work={**job.finish(), "during": f"{ctx.stage}.{part}"})
+            job.stop()
+        raise
+    if job is not None:
+        ctx.manifest.data["metrics"].setdefault("side_work", {})[later] = {
+            **job.finish(), "during": " + ".join(f"{ctx.stage}.{p}" for p in parts)}
+        ctx.manifest.save()
 
 
 def setup_logging(log_file: Path | None = None) -> None:
@@ -122,7 +146,7 @@ def setup_logging(log_file: Path | None = None) -> None:
 
 def run_stage(recipe, stage: str, body: Callable[[StageContext], Path | str | None], *,
               restart: bool = False, stage_dir: Path | None = None, parent_dir: Path | None = None,
-              reuse: dict | None = None, side_work: Callable | None = None) -> Manifest:
+              reuse: dict | None = None, side_work: dict[str, Callable] | None = None) -> Manifest:
     """Run ``body`` as stage ``stage`` of ``recipe`` under the manifest lifecycle, after checking the
     parent the stage table (:data:`STAGES`) names: its manifest is complete, of that stage, and its
     checkpoint unchanged.
@@ -154,15 +178,17 @@ def check_threads_keys(threads: dict) -> None:
         raise ValueError(f"threads: unknown stage or part {', '.join(unknown)}; known: {', '.join(known)}")
 
 
-def side_work_for(stage: str, later: list[str]) -> Callable | None:
-    """The side work :data:`SIDE_WORK` gives ``stage`` when the stage it serves is among ``later``
-    (the stages the same command runs afterwards)."""
+def side_work_for(stage: str, later: list[str]) -> dict[str, Callable]:
+    """The side work :data:`SIDE_WORK` gives ``stage`` for the stages among ``later`` (those the same
+    command runs afterwards): later stage → the function that starts it."""
     import importlib
 
-    if stage not in SIDE_WORK or SIDE_WORK[stage][0] not in later:
-        return None
-    module, _, function = SIDE_WORK[stage][1].partition(":")
-    return getattr(importlib.import_module(module), function)
+    jobs = {}
+    for serves, where in SIDE_WORK.get(stage, {}).items():
+        if serves in later:
+            module, _, function = where.partition(":")
+            jobs[serves] = getattr(importlib.import_module(module), function)
+    return jobs
 
 
 def _run_locked(recipe, stage, body, stage_dir: Path, parent_stage, restart, parent_dir, reuse,
@@ -199,7 +225,7 @@ def _run_locked(recipe, stage, body, stage_dir: Path, parent_stage, restart, par
 
     setup_logging(stage_dir / ("stage.log" if is_main() else f"stage.rank{rank()}.log"))
     manifest = Manifest.start(stage_dir, stage, recipe, parent=parent, resumed=resumed)
-    ctx = StageContext(recipe, stage, stage_dir, manifest, parent, resumed, dict(reuse or {}), side_work)
+    ctx = StageContext(recipe, stage, stage_dir, manifest, parent, resumed, dict(reuse or {}), dict(side_work or {}))
     threads = choose_threads(at_most=recipe.threads.get(stage))  # fixed for the stage: see stages/threads.py
     manifest.update_metrics(threads=threads)
     log.info("%s: %d torch threads on %d cores (%s%s)", stage, threads["threads"], threads["cores"],

@@ -65,7 +65,7 @@ from stages import rewards as R
 from stages.common import load_sampler, pick_device, release, run_once
 from stages.reward_model import RewardScorer, train_reward_model
 from stages.rl import reward_functions, run_rl
-from stages.runner import base_of, model_ref, stage_part
+from stages.runner import base_of, model_ref, side_work, stage_part
 from stages.sft import run_sft
 
 log = logging.getLogger("r1")
@@ -93,22 +93,27 @@ def run(ctx, callbacks=None) -> Path:
 
     with substep(m, "rejection"), stage_part(ctx, "rejection"):
         reasoning = rejection_step(ctx, model_ref(ctx.parent))
+    # stage 4's SFT, reward models and final RL run on the recipe's thread counts for them ("stage4.sft"…); a
+    # core they leave free does later stages' independent work (stages.runner.side_work): distill's student
+    # base beside the SFT, then distill_rl's training of the control on that base beside the rest
     sft_pending = done.get("sft", {}).get("status") != "complete"
-    # its own thread count (recipe threads "stage4.sft"); a core it leaves free builds distill's student base
-    with substep(m, "sft"), stage_part(ctx, "sft", side_work=sft_pending):
+    with side_work(ctx, "distill", ("sft",), pending=sft_pending), substep(m, "sft"), stage_part(ctx, "sft"):
         mix = sft_mix(reasoning, general_train, cfg.general, seed=recipe.seed)
         write_jsonl_atomic(ctx.dir / "sft_mix.jsonl", mix)
         m.update_metrics(sft_mix={"reasoning": len(reasoning), "general": len(mix) - len(reasoning),
                                   "general_harmful": sum(bool(r.get("harmful")) for r in mix),
                                   "general_unsafe_answers": sum(bool(r.get("unsafe")) for r in mix)})
         sft_model = run_sft(ctx, cfg.sft, rows=mix, model_ref=base, name="sft")
-    with substep(m, "reward_models"), stage_part(ctx, "reward_models"):
-        rms = {name: reward_model_step(ctx, name, general_train, init_ref=str(sft_model)) for name in RM_PART}
-    scorers = {name: RewardScorer(ref, device=pick_device(recipe.device), trust_remote_code=recipe.trust_remote_code)
-               for name, ref in rms.items()}
-    general_eval_step(ctx, "sft", str(sft_model), general_test, scorers)  # before the final RL changes anything
-    with substep(m, "final_rl"), stage_part(ctx, "final_rl"):
-        final = final_rl(ctx, str(sft_model), general_train, scorers, callbacks)
+    rl_pending = done.get("final_rl", {}).get("status") != "complete"
+    with side_work(ctx, "distill_rl", ("reward_models", "final_rl"), pending=rl_pending):
+        with stage_part(ctx, "reward_models"):
+            with substep(m, "reward_models"):
+                rms = {name: reward_model_step(ctx, name, general_train, init_ref=str(sft_model)) for name in RM_PART}
+            scorers = {name: RewardScorer(ref, device=pick_device(recipe.device),
+                                          trust_remote_code=recipe.trust_remote_code) for name, ref in rms.items()}
+            general_eval_step(ctx, "sft", str(sft_model), general_test, scorers)  # before the final RL changes anything
+        with substep(m, "final_rl"), stage_part(ctx, "final_rl"):
+            final = final_rl(ctx, str(sft_model), general_train, scorers, callbacks)
     general_eval_step(ctx, "final", str(final), general_test, scorers)
     before, after = m.data["metrics"]["general_sft"], m.data["metrics"]["general_final"]
     def change(key: str) -> str:

@@ -302,14 +302,15 @@ def begin(ctx, *, key: str, final: Path, trainer_dir: Path, logs: Sequence[Path]
           resumable: bool = True, forget_after: Callable[[int], None] | None = None) -> Start:
     """Decide where a trainer of stage ``ctx`` starts.
 
-    Finished: the stage resumes, its manifest has metrics ``key`` and ``final`` exists. Fresh (the stage
+    Finished: the stage resumes (or adopted this training, done beside an earlier stage:
+    ``StageContext.adopted``), its manifest has metrics ``key`` and ``final`` exists. Fresh (the stage
     did not resume, or the trainer cannot resume): ``trainer_dir``, ``final``, the ``logs`` and the
     ``stale`` outputs are deleted, since nothing in them belongs to this run. Resumed: from the last
     complete ``checkpoint-N`` of ``trainer_dir`` (partial ones deleted), or from step 0 when there is
     none; rows of ``logs`` past N are dropped and ``forget_after(N)`` forgets the trainer's other
     records of those steps."""
     m = ctx.manifest
-    if ctx.resumed and key in m.data["metrics"] and Path(final).is_dir():
+    if (ctx.resumed or getattr(ctx, "adopted", False)) and key in m.data["metrics"] and Path(final).is_dir():
         return Start(done=True)
     fresh = not ctx.resumed or not resumable
     resume_from = None if fresh else last_complete_checkpoint(trainer_dir, remove_partial=is_main())

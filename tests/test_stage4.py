@@ -24,10 +24,11 @@ import stages.distill
 import stages.stage2_cold_start
 import stages.stage3_reasoning_rl
 import stages.stage4_final
+import stages.threads
 from data import general as G
 from data.jsonl import read_jsonl
 from data.templates import CHAT_INSTRUCTION, chat_user_message, summary_of
-from stages.manifest import Manifest
+from stages.manifest import Manifest, hash_checkpoint
 from stages.report import build_report
 from stages.reward_model import RewardScorer
 from stages.runner import run_stage, side_work_for
@@ -134,24 +135,33 @@ def control_calls(monkeypatch):
 
 
 def test_stage4_then_distillation(chain, tmp_path, scripted, control_calls, monkeypatch):  # noqa: F811
-    r = chain_recipe(chain, tmp_path, "s4", MICRO4)
+    # the control also rewarded for one language: a micro student earns nothing else, and its weights must move
+    r = chain_recipe(chain, tmp_path, "s4", [*MICRO4, "distill.control.rewards={accuracy: 1.0, language: 0.5}",
+                                             "distill.control.language_target=en"])
     assert run_stage(r, "stage2", stages.stage2_cold_start.run).status == "complete"
     assert run_stage(r, "stage3", stages.stage3_reasoning_rl.run).status == "complete"
 
-    # as in `r1 pipeline`: distill comes later, so stage 4's SFT (on 1 of the stage's 2 threads, the tiny
-    # recipe's threads) has the student's base built beside it
-    monkeypatch.setenv("R1_THREADS", "2")
+    # as in `r1 pipeline`: distill and distill_rl come later, so stage 4's SFT (on 1 of the stage's 2 threads,
+    # the tiny recipe's threads) has the student's base built beside it, and its reward models and final RL
+    # (1 thread each) the control's training; the final RL is interrupted, which stops the latter
+    # thread counts as on an idle machine: each stage measures (nothing busy elsewhere) and the recipe caps
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(stages.threads, "busy_elsewhere", lambda *a, **k: 0.0)
+    side_work = side_work_for("stage4", ["distill", "distill_rl"])
     with pytest.raises(KeyboardInterrupt):
-        run_stage(r, "stage4", lambda ctx: stages.stage4_final.run(ctx, callbacks=[Interrupt()]),
-                  side_work=side_work_for("stage4", ["distill", "distill_rl"]))
-    monkeypatch.delenv("R1_THREADS")
+        run_stage(r, "stage4", lambda ctx: stages.stage4_final.run(ctx, callbacks=[Interrupt()]), side_work=side_work)
     d4 = r.stage_dir("stage4")
     m = Manifest.load(d4)
     assert m.status == "failed"
-    assert m.data["metrics"]["threads"]["threads"] == 2 and m.data["metrics"]["part_threads"]["sft"] == 1
+    assert m.data["metrics"]["threads"]["threads"] == m.data["metrics"]["threads"]["cores"] >= 2
+    assert m.data["metrics"]["part_threads"] == {"rejection": 2, "sft": 1, "reward_models": 1, "final_rl": 1}
     side = m.data["metrics"]["side_work"]
-    assert side["exit_code"] == 0 and side["during"] == "stage4.sft" and "student(s) s1" in side["what"]
+    assert list(side) == ["distill"]  # the control's training was stopped with the stage: nothing recorded
+    assert side["distill"]["exit_code"] == 0 and side["distill"]["during"] == "stage4.sft"
+    assert "student(s) s1" in side["distill"]["what"]
     assert (stages.distill.prebuilt_dir(r, r.distill.students[0]) / "build.json").is_file()
+    control_folder = stages.distill.control_prebuilt_dir(r, "s1")
+    assert not (control_folder / "build.json").exists()
     assert {k: v["status"] for k, v in m.data["metrics"]["substeps"].items()} == {
         "rejection": "complete", "sft": "complete", "reward_models": "complete", "final_rl": "running"}
 
@@ -185,8 +195,11 @@ def test_stage4_then_distillation(chain, tmp_path, scripted, control_calls, monk
     assert sft_records.exists() and "general_sft" in m.data["metrics"]
     sft_text = sft_records.read_text()
 
-    m = run_stage(r, "stage4", stages.stage4_final.run)
+    m = run_stage(r, "stage4", stages.stage4_final.run, side_work=side_work)  # resumed at the final RL
     assert m.status == "complete" and m.data["resumes"]
+    side = m.data["metrics"]["side_work"]["distill_rl"]
+    assert side["exit_code"] == 0 and side["during"] == "stage4.reward_models + stage4.final_rl"
+    assert (control_folder / "build.json").is_file()
     assert [c["kind"] for c in scripted].count("rejection") == len(rejection_calls)  # not redone
     assert m.data["metrics"]["train"]["steps"] == 2
     assert all(v["status"] == "complete" for v in m.data["metrics"]["substeps"].values())
@@ -224,6 +237,22 @@ def test_stage4_then_distillation(chain, tmp_path, scripted, control_calls, monk
     mc = run_stage(r, "distill_rl", stages.distill.run_control)
     dc = r.stage_dir("distill_rl")
     assert mc.status == "complete" and mc.data["metrics"]["train"]["steps"] == 2
+    # its training was done beside stage 4, and is the same, bit for bit, as training it here
+    assert mc.data["metrics"]["train"]["built"] == "beside stage4 (side work)" and not control_folder.exists()
+    assert mc.verify_checkpoint() == []
+    adopted = {name: (dc / name).read_bytes() for name in ("checkpoint/model.safetensors", "metrics.jsonl")}
+    trained = run_stage(r, "distill_rl", stages.distill.run_control, restart=True)
+    assert "built" not in trained.data["metrics"]["train"]
+    assert (dc / "checkpoint" / "model.safetensors").read_bytes() == adopted["checkpoint/model.safetensors"]
+    strip = lambda text: [{k: v for k, v in json.loads(line).items() if "time" not in k and "second" not in k}  # noqa: E731
+                          for line in text.splitlines()]
+    assert strip((dc / "metrics.jsonl").read_text()) == strip(adopted["metrics.jsonl"].decode())
+    for key in ("eval_after", "budget"):
+        assert strip(json.dumps(trained.data["metrics"][key])) == strip(json.dumps(mc.data["metrics"][key]))
+    assert trained.data["inputs"] == mc.data["inputs"]
+    assert trained.data["metrics"]["threads"]["threads"] == 1  # the recipe's cap, as beside stage 4
+    mc = trained
+    control_calls["run_rl"].pop(0)
     assert mc.resolve(mc.data["inputs"]["model"]["ref"]).resolve() == (dd / "s1" / "base").resolve()
     (call,) = control_calls["run_rl"]  # the control trains and is evaluated in the chat template, from the student's base
     row = {"problem": "What is 12 + 34?"}
@@ -244,7 +273,9 @@ def test_stage4_then_distillation(chain, tmp_path, scripted, control_calls, monk
 
     text = build_report(r.stage_dir("base").parent).read_text()  # every stage of the chain, one page
     assert "student s1 (distilled)" in text and "| missing |" not in text.split("## Findings")[0]
-    assert "(stage4.sft), another process built the base of student(s) s1 for distill: " in text
+    assert "(stage4.sft), another process ran the build of student(s) s1's base for distill: " in text
+    assert ("(stage4.reward_models + stage4.final_rl), another process ran the GRPO training of distill_rl's control "
+            "(student s1): ") in text
 
     # a control whose budget is not the one the student was distilled with is refused
     other = dataclasses.replace(r.distill, budget_steps=3, control=dataclasses.replace(r.distill.control, steps=3))
@@ -419,3 +450,69 @@ def test_a_prebuilt_student_base_is_adopted_only_when_it_is_the_one_distill_woul
     assert record["built"] == "beside stage4.sft (side work)" and record["threads"] == 1
     assert (target / "model.safetensors").read_bytes() == built_here  # the same weights on the same count
     assert not folder.exists()
+
+
+def test_a_prebuilt_control_training_is_adopted_only_when_distill_rl_would_train_the_same(tmp_path, monkeypatch):
+    """distill_rl takes the control's training done beside stage 4 only if it ran on the same recipe, from the
+    same base (the hash of its files) and on distill_rl's thread count; else it removes it and trains itself.
+    Adopted, the training counts as finished (``begin``) and the stage records where it was done."""
+    from stages.recipe import load_recipe
+    from stages.runner import StageContext
+    from stages.threads import part_threads
+    from stages.trainer import begin
+
+    r = load_recipe("tiny", [f"run_root={tmp_path}", *MICRO4])
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "model.safetensors").write_bytes(b"base weights")
+    folder = stages.distill.control_prebuilt_dir(r, "s1")
+    inputs = [{"name": "task_world", "source": "task_world", "sha256": None, "rows_used": 7, "rows_skipped": {}}]
+
+    def prebuilt(**changes) -> None:  # what the side work leaves when it has finished
+        shutil.rmtree(folder, ignore_errors=True)
+        (folder / "run" / "checkpoint").mkdir(parents=True)
+        (folder / "run" / "checkpoint" / "model.safetensors").write_bytes(b"trained")
+        (folder / "run" / "metrics.jsonl").write_text('{"step": 1}\n')
+        (folder / "run" / "trainer").mkdir()
+        info = {"recipe_hash": r.hash(), "threads": 1, "base": hash_checkpoint(base), "train": {"steps": 2},
+                "input_data": inputs, **changes}
+        (folder / "build.json").write_text(json.dumps(info))
+
+    def adopt() -> StageContext | None:
+        d = r.stage_dir("distill_rl")
+        shutil.rmtree(d, ignore_errors=True)
+        ctx = StageContext(r, "distill_rl", d, Manifest.start(d, "distill_rl", r), None, False)
+        with part_threads(1):
+            return ctx if stages.distill._adopt_control(ctx, "s1", str(base)) else None
+
+    for refused in ({"threads": 2}, {"recipe_hash": "another recipe"}, {"base": {"model.safetensors": "0" * 64}}):
+        prebuilt(**refused)
+        assert adopt() is None and not folder.exists()
+    prebuilt()
+    (folder / "build.json").unlink()  # a side process killed before it finished
+    assert adopt() is None and not folder.exists()
+
+    prebuilt()
+    ctx = adopt()
+    assert ctx is not None and ctx.adopted and not folder.exists()
+    assert (ctx.dir / "checkpoint" / "model.safetensors").read_bytes() == b"trained"
+    assert (ctx.dir / "metrics.jsonl").is_file() and not (ctx.dir / "trainer").exists()
+    m = ctx.manifest
+    assert m.data["metrics"]["train"] == {"steps": 2, "built": "beside stage4 (side work)", "threads": 1}
+    assert m.data["inputs"]["data"] == inputs and m.data["inputs"]["model"]["files"] == hash_checkpoint(base)
+    assert begin(ctx, key="train", final=ctx.dir / "checkpoint", trainer_dir=ctx.dir / "trainer").done
+
+    # the side work starts only where distill_rl would run on the recipe's count (threads distill_rl: 1)
+    shutil.rmtree(r.stage_dir("distill_rl"))
+    student = r.distill.students[0]
+    ready = stages.distill.prebuilt_dir(r, student)  # a student base the side work built
+    (ready / "model").mkdir(parents=True)
+    (ready / "build.json").write_text(json.dumps({"recipe_hash": stages.distill._student_recipe(r, student).hash(),
+                                                  "threads": 1, "stats": {}}))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("R1_THREADS", "2")
+    assert stages.distill.control_job(r) is None
+    monkeypatch.setenv("R1_THREADS", "1")
+    job = stages.distill.control_job(r)
+    assert job is not None and str(ready / "model") in job.process.args
+    job.stop()

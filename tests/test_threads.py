@@ -101,7 +101,8 @@ def test_the_recipe_caps_a_stages_threads(monkeypatch):
     assert choose_threads(at_most=CORES + 1)["threads"] == CORES == torch.get_num_threads()
     monkeypatch.setenv("R1_THREADS", "2")
     assert choose_threads(at_most=1)["threads"] == 2
-    assert load_recipe("tiny").threads == {"distill_rl": 1, "stage4.sft": 1, "distill.student_base": 1}
+    assert load_recipe("tiny").threads == {"distill_rl": 1, "stage4.sft": 1, "stage4.reward_models": 1, "stage4.final_rl": 1,
+                                          "distill.student_base": 1}
     with pytest.raises(ValueError, match="every count must be at least 1"):
         load_recipe("tiny", ["threads={stage1: 0}"])
     for key in ("stage9", "stage4.nope", "stage1.sft"):
