@@ -278,7 +278,7 @@ def student_bases_job(recipe) -> SideJob | None:
     """Start building the tiny students' bases that distill will need, in another process on the
     thread count of ``distill.student_base``; None when there is none to build (a resumed stage 4 does
     not build a complete one again)."""
-    threads = recipe.threads.get("distill.student_base") or 1
+    threads = side_base_threads(recipe)
     names = [s.name for s in recipe.distill.students
              if _needs_base(recipe, s) and _prebuilt(recipe, s, threads, placed=None) is None]
     if not names:
@@ -286,6 +286,11 @@ def student_bases_job(recipe) -> SideJob | None:
     folder = _write_recipe_json(recipe).parent
     return SideJob(f"the build of student(s) {', '.join(names)}'s base for distill", "stages.distill",
                    ["prebuild", str(folder / "recipe.json"), *names], log_path=folder / "build.log", threads=threads)
+
+
+def side_base_threads(recipe) -> int:
+    """The thread count the side work builds the students' bases on: distill's for them (else 1)."""
+    return recipe.threads.get("distill.student_base") or 1
 
 
 def _write_recipe_json(recipe) -> Path:
@@ -370,7 +375,7 @@ def control_job(recipe) -> SideJob | None:
     if spec.pretrained or _control_trained(recipe):
         return None
     prebuilt = prebuilt_dir(recipe, spec) / "model"
-    if _prebuilt(recipe, spec, recipe.threads.get("distill.student_base") or 1, placed=None) is not None:
+    if _prebuilt(recipe, spec, side_base_threads(recipe), placed=None) is not None:
         base = prebuilt  # the side work's, which distill will adopt
     elif not _needs_base(recipe, spec):
         base = recipe.stage_dir("distill") / name / "base"  # distill's, recorded
