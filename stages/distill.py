@@ -54,7 +54,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -71,7 +70,7 @@ from stages.recipe import load_recipe
 from stages.rl import METRICS_NAME, evaluate, run_rl
 from stages.runner import StageContext, model_ref, stage_part
 from stages.sft import run_sft
-from stages.threads import SideJob, choose_threads
+from stages.threads import SideJob, choose_threads, fixed_threads
 
 log = logging.getLogger("r1")
 
@@ -367,8 +366,8 @@ def control_job(recipe) -> SideJob | None:
     cfg, threads = recipe.distill.control, recipe.threads.get("distill_rl")
     if not recipe.distill.students or threads is None or cfg.eval_steps or cfg.eval_every:
         return None  # without the recipe's count, distill_rl measures its own, which cannot be known here
-    fixed = (os.environ.get("R1_THREADS") or os.environ.get("OMP_NUM_THREADS") or "").strip()
-    if fixed and fixed != str(threads):
+    fixed = fixed_threads()
+    if fixed is not None and fixed[0] != threads:
         return None  # distill_rl will run on the count fixed there (stages.threads.choose_threads), not the recipe's
     name = control_student(recipe)
     spec = next(s for s in recipe.distill.students if s.name == name)

@@ -41,7 +41,7 @@ import torch
 from data import timing
 from eval.decode import die_with_parent
 
-__all__ = ["SideJob", "busy_elsewhere", "choose_threads", "part_threads"]
+__all__ = ["SideJob", "busy_elsewhere", "choose_threads", "fixed_threads", "part_threads"]
 
 log = logging.getLogger("r1")
 
@@ -77,20 +77,31 @@ def busy_elsewhere(seconds: float = 0.3, windows: int = 3) -> float | None:
     return least
 
 
+def fixed_threads() -> tuple[int, str] | None:
+    """The thread count fixed outside the recipe and the measurement, and by what: ``R1_THREADS``, then
+    ``OMP_NUM_THREADS`` (a launcher's), then torch's own default on a CUDA machine; None when a stage
+    measures its own (:func:`choose_threads`)."""
+    fixed = os.environ.get("R1_THREADS", "").strip()
+    if fixed:
+        if not fixed.isdigit() or int(fixed) < 1:
+            raise ValueError(f"R1_THREADS={fixed!r}: give a whole number of threads, at least 1")
+        return int(fixed), "R1_THREADS"
+    if os.environ.get("OMP_NUM_THREADS"):
+        return torch.get_num_threads(), "OMP_NUM_THREADS"
+    if torch.cuda.is_available():
+        return torch.get_num_threads(), "torch (CUDA machine)"
+    return None
+
+
 def choose_threads(*, measure_seconds: float = 0.6, at_most: int | None = None) -> dict:
     """Set torch's intra-op threads for this stage; returns what was decided and why (for the manifest).
     ``at_most``: the recipe's cap for this stage (``threads``), applied to the measured count: a model so
     small that its operators take microseconds can run faster on one thread than on two."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    fixed = os.environ.get("R1_THREADS", "").strip()
-    if fixed:
-        if not fixed.isdigit() or int(fixed) < 1:
-            raise ValueError(f"R1_THREADS={fixed!r}: give a whole number of threads, at least 1")
-        torch.set_num_threads(int(fixed))
-        return {"threads": int(fixed), "cores": cores, "chosen_by": "R1_THREADS"}
-    if os.environ.get("OMP_NUM_THREADS") or torch.cuda.is_available():
-        return {"threads": torch.get_num_threads(), "cores": cores,
-                "chosen_by": "OMP_NUM_THREADS" if os.environ.get("OMP_NUM_THREADS") else "torch (CUDA machine)"}
+    fixed = fixed_threads()
+    if fixed is not None:
+        torch.set_num_threads(fixed[0])
+        return {"threads": fixed[0], "cores": cores, "chosen_by": fixed[1]}
     elsewhere = busy_elsewhere(measure_seconds)
     if elsewhere is None:
         return {"threads": torch.get_num_threads(), "cores": cores, "chosen_by": "torch (no /proc/stat)"}
@@ -104,13 +115,13 @@ def choose_threads(*, measure_seconds: float = 0.6, at_most: int | None = None) 
 
 @contextmanager
 def part_threads(at_most: int | None):
-    """Run the block on at most ``at_most`` torch threads (None: the stage's count); yields how many of the
-    stage's threads the block leaves free, for side work. The stage's count is restored afterwards."""
+    """Run the block on at most ``at_most`` torch threads (None: the stage's count); the stage's count is
+    restored afterwards."""
     before = torch.get_num_threads()
     now = min(before, at_most) if at_most else before
     torch.set_num_threads(now)
     try:
-        yield before - now
+        yield
     finally:
         torch.set_num_threads(before)
 

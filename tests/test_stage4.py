@@ -512,6 +512,11 @@ def test_a_prebuilt_control_training_is_adopted_only_when_distill_rl_would_train
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setenv("R1_THREADS", "2")
     assert stages.distill.control_job(r) is None
+    monkeypatch.delenv("R1_THREADS")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # a launcher's count, which distill_rl would keep
+    torch.set_num_threads(2)
+    assert stages.distill.control_job(r) is None
+    monkeypatch.delenv("OMP_NUM_THREADS")
     monkeypatch.setenv("R1_THREADS", "1")
     job = stages.distill.control_job(r)
     assert job is not None and str(ready / "model") in job.process.args

@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from stages.threads import SideJob, busy_elsewhere, choose_threads, part_threads
+from stages.threads import SideJob, busy_elsewhere, choose_threads, fixed_threads, part_threads
 
 CORES = len(os.sched_getaffinity(0))
 
@@ -74,6 +74,22 @@ def test_a_launchers_omp_num_threads_is_kept(monkeypatch):
     assert torch.get_num_threads() == 1
 
 
+def test_fixed_threads_names_what_fixed_the_count(monkeypatch):
+    """One answer for every caller (a stage's count, and whether a later stage's side work would run on the
+    recipe's count): R1_THREADS first, then a launcher's OMP_NUM_THREADS (torch read it), else none."""
+    if torch.cuda.is_available():
+        pytest.skip("torch's own count is fixed on a CUDA machine")
+    assert fixed_threads() is None
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    assert fixed_threads() == (1, "OMP_NUM_THREADS")
+    monkeypatch.setenv("R1_THREADS", "2")
+    assert fixed_threads() == (2, "R1_THREADS")
+    monkeypatch.setenv("R1_THREADS", "0")
+    with pytest.raises(ValueError, match="R1_THREADS"):
+        fixed_threads()
+
+
 def test_a_process_that_runs_for_a_moment_is_not_taken_for_a_neighbour():
     """A neighbour busy for a fifth of the measurement (a passing shell command) is not left a core:
     the least of the windows counts."""
@@ -112,11 +128,11 @@ def test_the_recipe_caps_a_stages_threads(monkeypatch):
 
 def test_a_part_runs_on_its_own_count_and_gives_the_stage_its_count_back():
     torch.set_num_threads(2)
-    with part_threads(1) as spare:
-        assert torch.get_num_threads() == 1 and spare == 1
+    with part_threads(1):
+        assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == 2
-    with part_threads(None) as spare, part_threads(3) as spare_inner:
-        assert torch.get_num_threads() == 2 and spare == spare_inner == 0
+    with part_threads(None), part_threads(3):
+        assert torch.get_num_threads() == 2
     with pytest.raises(KeyError), part_threads(1):
         raise KeyError("a part that fails")
     assert torch.get_num_threads() == 2
