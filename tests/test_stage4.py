@@ -514,8 +514,12 @@ def test_a_prebuilt_control_training_is_adopted_only_when_distill_rl_would_train
     assert stages.distill.control_job(r) is None
     monkeypatch.delenv("R1_THREADS")
     monkeypatch.setenv("OMP_NUM_THREADS", "2")  # a launcher's count, which distill_rl would keep
+    before = torch.get_num_threads()
     torch.set_num_threads(2)
-    assert stages.distill.control_job(r) is None
+    try:
+        assert stages.distill.control_job(r) is None
+    finally:
+        torch.set_num_threads(before)  # the tests' count (tests/conftest.py), for the tests after this one
     monkeypatch.delenv("OMP_NUM_THREADS")
     monkeypatch.setenv("R1_THREADS", "1")
     job = stages.distill.control_job(r)
