@@ -706,6 +706,19 @@ class Stage4Config:
     harmlessness: RewardModelSpec = field(default_factory=RewardModelSpec)
     rl: FinalRLConfig = field(default_factory=FinalRLConfig)
 
+    def __post_init__(self):
+        # The SFT mix takes one general row per reasoning_per_general kept rows; fail here, not after an
+        # hour of rejection sampling, when the procedural general data could run short.
+        prompts, general = self.rejection.prompts, self.general
+        if general.source == "procedural" and prompts is not None and prompts.limit is not None:
+            most_kept = prompts.limit * self.rejection.max_kept_per_prompt
+            if round(most_kept / general.reasoning_per_general) > general.procedural_rows:
+                raise ValueError(
+                    f"general.procedural_rows ({general.procedural_rows}) is fewer than the SFT mix may need: "
+                    f"rejection may keep {most_kept} rows (prompts.limit {prompts.limit} × max_kept_per_prompt "
+                    f"{self.rejection.max_kept_per_prompt}), one general row per {general.reasoning_per_general}; "
+                    f"raise procedural_rows or reasoning_per_general, or lower the rejection's prompts")
+
 
 def plain_folder_name(name: str) -> bool:
     """A name that can only name one folder inside its parent: no path separator, not ``.`` or ``..``."""

@@ -140,3 +140,20 @@ def test_eval_counts_must_be_positive(capsys):
         with pytest.raises(SystemExit):
             main(["eval", *flag])
         assert "must be >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("overrides, refused", [
+    (["stage4.general.procedural_rows=2599"], True),  # rejection may keep 1300 × 2 rows: one general row each
+    (["stage4.general.procedural_rows=2600"], False),
+    (["stage4.general.procedural_rows=1300", "stage4.general.reasoning_per_general=2"], False),
+    (["stage4.general.procedural_rows=1300", "stage4.rejection.max_kept_per_prompt=1"], False),
+    (["stage4.general.procedural_rows=1299", "stage4.rejection.max_kept_per_prompt=1"], True),
+])
+def test_general_data_too_small_for_the_sft_mix_is_refused_before_rejection_sampling(overrides, refused):
+    """The SFT mix takes one general row per ``reasoning_per_general`` kept rows; a recipe whose
+    procedural general data could run short is refused when it is loaded, not after the sampling."""
+    if refused:
+        with pytest.raises(RecipeError, match=r"general\.procedural_rows \(\d+\) is fewer than the SFT mix may need"):
+            load_recipe("tiny", overrides)
+    else:
+        load_recipe("tiny", overrides)

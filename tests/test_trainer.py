@@ -68,7 +68,7 @@ def test_the_tiny_configs_keep_their_settings():
 
     r = load_recipe("tiny")
     a = grpo(r)
-    assert (a.max_steps, a.per_device_train_batch_size, a.num_generations, a.max_completion_length) == (80, 64, 8, 128)
+    assert (a.max_steps, a.per_device_train_batch_size, a.num_generations, a.max_completion_length) == (120, 64, 8, 256)
     assert (a.learning_rate, a.warmup_steps, a.lr_scheduler_type.value) == (1e-4, 10, "constant_with_warmup")
     assert (a.loss_type, a.beta, a.epsilon, a.epsilon_high, a.scale_rewards) == ("grpo", 0.0, 0.2, 0.28, "group")
     assert (a.logging_steps, a.save_steps, a.save_total_limit, a.save_only_model) == (1, 20, 2, False)
