@@ -143,11 +143,11 @@ def test_eval_counts_must_be_positive(capsys):
 
 
 @pytest.mark.parametrize("overrides, refused", [
-    (["stage4.general.procedural_rows=2599"], True),  # rejection may keep 1300 × 2 rows: one general row each
-    (["stage4.general.procedural_rows=2600"], False),
-    (["stage4.general.procedural_rows=1300", "stage4.general.reasoning_per_general=2"], False),
-    (["stage4.general.procedural_rows=1300", "stage4.rejection.max_kept_per_prompt=1"], False),
-    (["stage4.general.procedural_rows=1299", "stage4.rejection.max_kept_per_prompt=1"], True),
+    (["stage4.general.procedural_rows=1499"], True),  # rejection may keep 1500 × 1 rows: one general row each
+    (["stage4.general.procedural_rows=1500"], False),
+    (["stage4.general.procedural_rows=750", "stage4.general.reasoning_per_general=2"], False),
+    (["stage4.rejection.prompts.limit=1000", "stage4.rejection.max_kept_per_prompt=2"], True),
+    (["stage4.rejection.prompts.limit=750", "stage4.rejection.max_kept_per_prompt=2"], False),
 ])
 def test_general_data_too_small_for_the_sft_mix_is_refused_before_rejection_sampling(overrides, refused):
     """The SFT mix takes one general row per ``reasoning_per_general`` kept rows; a recipe whose
