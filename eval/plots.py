@@ -123,7 +123,8 @@ def plot_training(metrics_path: Path, out_path: Path, title: str | None = None,
     ``evals``: step → held-out pass@1 (before, during and after training), drawn as markers.
     ``format_key``: the format the stage trains (``format_rate``: R1-Zero tags, stage 1;
     ``readable_rate``: the chat stages' summary format); default: whichever was logged non-zero.
-    Stage 4's general rows, judged by the rules, are a line of their own (``general_helpful_rate``).
+    Stage 4's general rows, judged by the rules, are a line of their own (``general_helpful_rate``), and so
+    is the share of chains of thought that check their steps (``recheck_rate``, finding F0) once any does.
     """
     rows = read_jsonl_tolerant(metrics_path)
     if not rows:
@@ -148,6 +149,10 @@ def plot_training(metrics_path: Path, out_path: Path, title: str | None = None,
             if f_steps:
                 ax.plot(f_steps, _moving_average(f_values, max(1, len(f_values) // 20)), color="C2",
                         linewidth=1.5, linestyle="--", label=FORMAT_LABELS.get(fmt, fmt))
+            c_steps, c_values = _series(rows, "recheck_rate")  # finding F0: the share that checks, by step
+            if any(c_values):
+                ax.plot(c_steps, _moving_average(c_values, max(1, len(c_values) // 20)), color="C5",
+                        linewidth=1.5, linestyle=":", label="chains of thought with checks")
             g_steps, g_values = _series(rows, "general_helpful_rate")
             if g_steps:
                 ax.plot(g_steps, _moving_average(g_values, max(1, len(g_values) // 20)), color="C4",

@@ -26,7 +26,7 @@ def test_figures_are_written(tmp_path):
     assert plot_step_curves(curves, tmp_path / "steps.png", "t").stat().st_size > 5000
 
 
-def test_chat_stages_plot_the_summary_format_and_stage_4_its_two_kinds_of_rows(tmp_path, monkeypatch):
+def test_chat_stages_plot_the_summary_format_stage_4_its_two_kinds_of_rows_and_stage_1_its_checks(tmp_path, monkeypatch):
     import eval.plots as P
 
     drawn = []
@@ -44,3 +44,10 @@ def test_chat_stages_plot_the_summary_format_and_stage_4_its_two_kinds_of_rows(t
     s4 = write_rows(tmp_path / "s4.jsonl", [0.5] * 10, [0.0] * 10, readable_rate=0.9, general_helpful_rate=0.3)
     plot_training(s4, tmp_path / "s4.png", format_key="readable_rate")
     assert "reasoning rows: accuracy" in drawn and "general rows: helpful by the rules" in drawn
+    drawn.clear()
+    plot_training(chat, tmp_path / "s3.png", format_key="readable_rate")  # no chain of thought checks: no line
+    assert "chains of thought with checks" not in drawn
+    s1 = write_rows(tmp_path / "s1.jsonl", [0.5] * 10, [0.0] * 10, recheck_rate=0.0)
+    s1.write_text(s1.read_text() + json.dumps({"step": 11, "accuracy": 0.8, "mean_length": 30, "recheck_rate": 1.0}) + "\n")
+    plot_training(s1, tmp_path / "s1.png")
+    assert "chains of thought with checks" in drawn
