@@ -116,6 +116,11 @@ def _save(fig, out_path: Path) -> Path:
 FORMAT_LABELS = {"format_rate": "R1-Zero format rate", "readable_rate": "summary format rate"}
 
 
+def _overlay(ax, steps: list, values: list, **style) -> None:
+    """A rate drawn over the training accuracy: its moving average over a twentieth of the steps."""
+    ax.plot(steps, _moving_average(values, max(1, len(values) // 20)), linewidth=1.5, **style)
+
+
 def plot_training(metrics_path: Path, out_path: Path, title: str | None = None,
                   evals: dict[int, float] | None = None, format_key: str | None = None) -> Path | None:
     """Write the accuracy / response-length figure; None when there are no rows to plot.
@@ -147,16 +152,13 @@ def plot_training(metrics_path: Path, out_path: Path, title: str | None = None,
                                       if any(r.get(k) for r in rows)), "format_rate")
             f_steps, f_values = _series(rows, fmt)
             if f_steps:
-                ax.plot(f_steps, _moving_average(f_values, max(1, len(f_values) // 20)), color="C2",
-                        linewidth=1.5, linestyle="--", label=FORMAT_LABELS.get(fmt, fmt))
+                _overlay(ax, f_steps, f_values, color="C2", linestyle="--", label=FORMAT_LABELS.get(fmt, fmt))
             c_steps, c_values = _series(rows, "recheck_rate")  # finding F0: the share that checks, by step
             if any(c_values):
-                ax.plot(c_steps, _moving_average(c_values, max(1, len(c_values) // 20)), color="C5",
-                        linewidth=1.5, linestyle=":", label="chains of thought with checks")
+                _overlay(ax, c_steps, c_values, color="C5", linestyle=":", label="chains of thought with checks")
             g_steps, g_values = _series(rows, "general_helpful_rate")
             if g_steps:
-                ax.plot(g_steps, _moving_average(g_values, max(1, len(g_values) // 20)), color="C4",
-                        linewidth=1.5, label="general rows: helpful by the rules")
+                _overlay(ax, g_steps, g_values, color="C4", label="general rows: helpful by the rules")
             if evals:
                 xs = sorted(evals)
                 ax.plot(xs, [evals[x] for x in xs], "o--", color="C3", label="held-out pass@1")
