@@ -136,8 +136,10 @@ def control_calls(monkeypatch):
 
 def test_stage4_then_distillation(chain, tmp_path, scripted, control_calls, monkeypatch):  # noqa: F811
     # the control also rewarded for one language: a micro student earns nothing else, and its weights must move
+    # two kept answers a prompt, so that the script's third kind of prompt (two distinct right answers) keeps both
     r = chain_recipe(chain, tmp_path, "s4", [*MICRO4, "distill.control.rewards={accuracy: 1.0, language: 0.5}",
-                                             "distill.control.language_target=en"])
+                                             "distill.control.language_target=en",
+                                             "stage4.rejection.max_kept_per_prompt=2"])
     assert run_stage(r, "stage2", stages.stage2_cold_start.run).status == "complete"
     assert run_stage(r, "stage3", stages.stage3_reasoning_rl.run).status == "complete"
 
