@@ -30,7 +30,8 @@ fi
 SETS=(--set "run_root=$ROOT" --set "device=$DEVICE" --set "base.architecture.embedding_rows=$ROWS"
       --set base.architecture.max_position_embeddings=1024 --set base.pretrain.steps=30
       --set base.pretrain.warmup_steps=3 --set base.pretrain.learning_rate=5e-3
-      --set base.pretrain.log_every=5 --set data.test.limit=8 --set eval.k=2 --set "eval.backend=$BACKEND"
+      --set base.pretrain.log_every=5 --set data.test.limit=8 --set eval.k=2 --set eval.max_new_tokens=64
+      --set "eval.backend=$BACKEND"
       --set stage1.steps=2 --set stage1.prompts_per_step=8 --set stage1.num_generations=4
       --set stage1.gradient_accumulation_steps=1 --set "stage1.eval_steps=[]" --set stage1.precision=autocast
       --set stage1.max_completion_length=64 --set "stage1.rewards={format: 1.0, accuracy: 1.0, overlong: 1.0}"
