@@ -645,6 +645,10 @@ class GeneralDataConfig:
             raise ValueError("general: need reasoning_per_general > 0, 0 <= harmful_share < 1 and "
                              "0 <= sft_unsafe_share <= 1")
 
+    def rows_for(self, reasoning_rows: int) -> int:
+        """How many general rows the SFT mix takes beside ``reasoning_rows`` reasoning rows."""
+        return round(reasoning_rows / self.reasoning_per_general)
+
 
 @dataclass
 class RewardModelSpec(TrainerSection):
@@ -712,7 +716,7 @@ class Stage4Config:
         prompts, general = self.rejection.prompts, self.general
         if general.source == "procedural" and prompts is not None and prompts.limit is not None:
             most_kept = prompts.limit * self.rejection.max_kept_per_prompt
-            if round(most_kept / general.reasoning_per_general) > general.procedural_rows:
+            if general.rows_for(most_kept) > general.procedural_rows:
                 raise ValueError(
                     f"general.procedural_rows ({general.procedural_rows}) is fewer than the SFT mix may need: "
                     f"rejection may keep {most_kept} rows (prompts.limit {prompts.limit} × max_kept_per_prompt "

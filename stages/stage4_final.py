@@ -194,7 +194,7 @@ def sft_mix(reasoning: list[dict], general_train: list[dict], cfg, *, seed: int)
     General responses carry no chain of thought. ``sft_unsafe_share`` of the harmful requests are
     answered by compliance instead of a refusal (imperfect chat data, see the module docstring)."""
     rng = random.Random(seed)
-    n_general = round(len(reasoning) / cfg.reasoning_per_general)
+    n_general = cfg.rows_for(len(reasoning))
     if n_general > len(general_train):
         raise ValueError(f"the SFT mix needs {n_general} general rows but the general data has "
                          f"{len(general_train)}: raise stage4.general.procedural_rows or reasoning_per_general")
