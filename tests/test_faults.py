@@ -28,6 +28,7 @@ from stages.common import load_model_and_tokenizer, weights_digest
 from stages.manifest import Manifest
 from stages.runner import run_stage
 from stages.trainer import last_complete_checkpoint
+from tests import zygote
 from tests.micro import MICRO, MICRO4, MICRO23
 
 pytestmark = [pytest.mark.faults, pytest.mark.train]
@@ -49,7 +50,7 @@ def run(cmd: list[str], fault: str | None = None, threads: dict | None = None) -
     """``threads``: the thread settings of the environment (one thread per process unless given)."""
     env = {k: v for k, v in os.environ.items() if k not in (ENV, "OMP_NUM_THREADS", "R1_THREADS")}
     env.update(threads or {"OMP_NUM_THREADS": "1"}, TOKENIZERS_PARALLELISM="false", **({ENV: fault} if fault else {}))
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    return zygote.run(cmd, cwd=REPO, env=env, timeout=600)  # a fork of tests/zygote.py where it can
 
 
 def tail(p: subprocess.CompletedProcess) -> str:

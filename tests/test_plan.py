@@ -126,16 +126,18 @@ def test_launch_problems():
 
 
 def test_the_launcher_refuses_what_would_fail(tmp_path):
-    import subprocess
+    import os
     import sys
 
+    from tests import zygote
     from tests.test_distributed import REPO
 
-    p = subprocess.run([sys.executable, "scripts/launch", "stage1", "--recipe", "qwen2.5-math-7b", "--set",
-                        "stage1.trl.vllm_tensor_parallel_size=3"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # the launcher in a fork of tests/zygote.py
+    p = zygote.run([sys.executable, "scripts/launch", "stage1", "--recipe", "qwen2.5-math-7b", "--set",
+                    "stage1.trl.vllm_tensor_parallel_size=3"], cwd=REPO, env=env, timeout=120)
     assert p.returncode == 2 and "WILL FAIL: stage1.trl.vllm_tensor_parallel_size 3" in p.stderr
-    p = subprocess.run([sys.executable, "scripts/launch", "stage1", "--recipe", "qwen2.5-math-7b", "--vllm-server-args", "8",
-                        "--set", "launch.vllm_server_tensor_parallel=8"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    p = zygote.run([sys.executable, "scripts/launch", "stage1", "--recipe", "qwen2.5-math-7b", "--vllm-server-args", "8",
+                    "--set", "launch.vllm_server_tensor_parallel=8"], cwd=REPO, env=env, timeout=120)
     assert p.returncode == 2 and "does not divide the model's 28 attention heads" in p.stderr and "Traceback" not in p.stderr
 
 

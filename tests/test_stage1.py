@@ -25,6 +25,7 @@ from data.jsonl import read_jsonl_tolerant
 from stages.manifest import Manifest, ManifestError
 from stages.runner import run_stage
 from stages.trainer import checkpoint_problem, last_complete_checkpoint, truncate_jsonl
+from tests import zygote
 from tests.micro import MICRO, recipe, with_base
 
 pytestmark = pytest.mark.train  # every test here trains a model
@@ -285,7 +286,7 @@ def test_sigkill_then_resume_through_the_cli(base_run, tmp_path):
     killed = Manifest.load(d)
     assert killed.status == "running"  # never "complete" after a kill
 
-    done = subprocess.run(cli(root, "kill"), cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    done = zygote.run(cli(root, "kill"), cwd=REPO, env=env, timeout=300)  # a fork of tests/zygote.py
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     m = Manifest.load(d)
     assert m.status == "complete"
