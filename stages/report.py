@@ -202,8 +202,9 @@ def _budget(b: dict) -> str:
 
 def time_rows(run: dict) -> list[list[str]]:
     """Where the minutes went: one row per stage (and per sub-step of stage 4), one column per kind of
-    work (``data/timing.py``), in seconds, then the stage's torch threads (``stages/threads.py``); a
-    last row sums the stages. Stages measured before this was recorded show "–"."""
+    work (``data/timing.py``), in seconds, then the stage's torch threads and the speed of one core when
+    it started and ended (``stages/threads.py`` ``core_speed``); a last row sums the stages. Stages
+    measured before this was recorded show "–"."""
     rows, total, kinds_total = [], 0.0, dict.fromkeys(KINDS, 0.0)
     for stage, title in STAGE_TITLES.items():
         m = run[stage]
@@ -216,14 +217,16 @@ def time_rows(run: dict) -> list[list[str]]:
         for k in KINDS:
             kinds_total[k] += (kinds or {}).get(k) or 0.0
         threads = (metrics.get("threads") or {}).get("threads")
+        speed = metrics.get("core_gflops") or {}
         rows.append([title, f"{wall:.0f}" if wall else "–"] + [_seconds(kinds, k) for k in KINDS]
-                    + [str(threads) if threads else "–"])
+                    + [str(threads) if threads else "–",
+                       " → ".join(f"{speed[k]:.0f}" for k in ("start", "end") if k in speed) or "–"])
         part_threads = metrics.get("part_threads") or {}
         for name, sub in (metrics.get("substeps") or {}).items():
             rows.append([f"  {name}", f"{sub['seconds']:.0f}" if sub.get("seconds") else "–"]
-                        + [_seconds(sub.get("time_by_kind"), k) for k in KINDS] + [str(part_threads.get(name, ""))])
+                        + [_seconds(sub.get("time_by_kind"), k) for k in KINDS] + [str(part_threads.get(name, "")), ""])
     if rows:
-        rows.append(["total (wall + startup)", f"{total:.0f}"] + [_seconds(kinds_total, k) for k in KINDS] + [""])
+        rows.append(["total (wall + startup)", f"{total:.0f}"] + [_seconds(kinds_total, k) for k in KINDS] + ["", ""])
     return rows
 
 
@@ -316,8 +319,9 @@ def build_report(run_dir: Path) -> Path:
                      "wall", "peak memory"], stage_rows(run, run_dir)), "",
              "Where the minutes go, in seconds of wall time (each second counted once, for the innermost kind of "
              "work: an evaluation's sampling is `sampling`; GRPO's rollouts are `training`; `startup` is the "
-             "process's start to the stage body):", "",
-             _table(["stage", "wall", *KINDS, "threads"], time_rows(run)), ""]
+             "process's start to the stage body; `core GFLOP/s`: one core's fp32 matmul speed when the stage "
+             "started → ended, to compare minutes across runs on a machine whose speed drifts):", "",
+             _table(["stage", "wall", *KINDS, "threads", "core GFLOP/s"], time_rows(run)), ""]
     parts += side_work_lines(run) + ["## Findings", ""]
     seeds = _seeds(run_dir)
     parts.append(f"Training seeds measured: {seeds}" + (" (one seed: run `make findings` for more)"

@@ -35,7 +35,7 @@ from data import timing
 from stages import cards
 from stages.common import barrier, init_distributed, is_main, peak_rss_mb, rank, world_size
 from stages.manifest import MANIFEST_NAME, Manifest, ManifestError, require_parent
-from stages.threads import choose_threads, part_threads
+from stages.threads import choose_threads, core_speed, part_threads
 
 log = logging.getLogger("r1")
 _first_stage_of_process = True
@@ -227,7 +227,8 @@ def _run_locked(recipe, stage, body, stage_dir: Path, parent_stage, restart, par
     manifest = Manifest.start(stage_dir, stage, recipe, parent=parent, resumed=resumed)
     ctx = StageContext(recipe, stage, stage_dir, manifest, parent, resumed, dict(reuse or {}), dict(side_work or {}))
     threads = choose_threads(at_most=recipe.threads.get(stage))  # fixed for the stage: see stages/threads.py
-    manifest.update_metrics(threads=threads)
+    speed = {"start": core_speed()}  # the machine's speed, to compare this stage's minutes with other runs'
+    manifest.update_metrics(threads=threads, core_gflops=speed)
     log.info("%s: %d torch threads on %d cores (%s%s)", stage, threads["threads"], threads["cores"],
              threads["chosen_by"], f", other processes busy on {threads['busy_elsewhere']} cores"
              if "busy_elsewhere" in threads else "")
@@ -252,7 +253,9 @@ def _run_locked(recipe, stage, body, stage_dir: Path, parent_stage, restart, par
     kinds["other"] = round(max(0.0, wall - sum(kinds.values())), 1)
     if startup:
         kinds["startup"] = round(startup, 1)
-    manifest.update_metrics(wall_seconds=round(wall, 1), peak_rss_mb=round(peak_rss_mb(), 1), time_by_kind=kinds)
+    speed["end"] = core_speed()
+    manifest.update_metrics(wall_seconds=round(wall, 1), peak_rss_mb=round(peak_rss_mb(), 1), time_by_kind=kinds,
+                            core_gflops=speed)
     hub_id = isinstance(output, str) and not Path(output).exists()
     # a checkpoint this stage wrote (not a registered model's own folder, not a hub id)
     ours = output is not None and not hub_id and stage_dir.resolve() in Path(output).resolve().parents

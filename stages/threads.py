@@ -41,7 +41,7 @@ import torch
 from data import timing
 from eval.decode import die_with_parent
 
-__all__ = ["SideJob", "busy_elsewhere", "choose_threads", "fixed_threads", "part_threads"]
+__all__ = ["SideJob", "busy_elsewhere", "choose_threads", "core_speed", "fixed_threads", "part_threads"]
 
 log = logging.getLogger("r1")
 
@@ -75,6 +75,31 @@ def busy_elsewhere(seconds: float = 0.3, windows: int = 3) -> float | None:
     except (OSError, ValueError):
         return None
     return least
+
+
+def core_speed(seconds: float = 0.06, windows: int = 3) -> float:
+    """The speed of one core now, in GFLOP/s of a one-thread fp32 matmul of the tiny model's shapes
+    ((2048 × 128) @ (128 × 512)); the median of ``windows`` equal parts.
+
+    For comparing the minutes of runs: a shared or virtual machine's speed drifts (a pretraining step of
+    the tiny base took 0.46 s and 0.84 s on one idle machine within two hours, docs/speed.md), and a
+    stage's wall time means little without the speed it ran at. The runner records it when each stage
+    starts and ends (``metrics.core_gflops``) and the report shows both."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a, b = torch.randn(2048, 128), torch.randn(128, 512)
+        flop = 2 * a.shape[0] * a.shape[1] * b.shape[1]
+        rates = []
+        for _ in range(windows):
+            t0, n = time.perf_counter(), 0
+            while time.perf_counter() - t0 < seconds / windows:
+                torch.mm(a, b)
+                n += 1
+            rates.append(n * flop / (time.perf_counter() - t0) / 1e9)
+    finally:
+        torch.set_num_threads(before)
+    return round(sorted(rates)[len(rates) // 2], 1)
 
 
 def fixed_threads() -> tuple[int, str] | None:

@@ -32,6 +32,7 @@ def test_round_trip(recipe):
     assert d["status"] == "complete" and d["stage"] == "base"
     assert d["recipe_hash"] == recipe.hash() and d["recipe"]["name"] == "tiny"
     assert d["metrics"]["score"] == 0.5 and "wall_seconds" in d["metrics"]
+    assert set(d["metrics"]["core_gflops"]) == {"start", "end"} and min(d["metrics"]["core_gflops"].values()) > 0
     assert d["output"]["files"]["weights.bin"]
     assert d["libraries"]["torch"] and d["libraries"]["trl"]
     assert d["started_at"] and d["ended_at"]

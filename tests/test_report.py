@@ -191,7 +191,8 @@ def fixture_run(tmp_path, after_rates):
     _write(r.stage_dir("stage1") / "eval_after" / "samples.jsonl", after)
     _stage(r, "stage1", base, eval_before=_summary(before), eval_after=_summary(after), train={"steps": 80},
            time_by_kind={"startup": 4.0, "training": 70.0, "sampling": 12.0, "grading": 3.0},
-           threads={"threads": 1, "cores": 2, "chosen_by": "measured", "busy_elsewhere": 1.0})
+           threads={"threads": 1, "cores": 2, "chosen_by": "measured", "busy_elsewhere": 1.0},
+           core_gflops={"start": 61.2, "end": 40.4})
     rows = [{"step": s, "accuracy": 0.2 + 0.01 * s, "mean_length": 30 + s, "format_rate": 0.9} for s in range(1, 11)]
     (r.stage_dir("stage1") / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
     return r.stage_dir("base").parent
@@ -208,7 +209,7 @@ def test_report_shows_measured_and_missing_stages_with_intervals(tmp_path):
     # stage | wall | startup | loading | sampling | grading | evaluation | training | ...: unmeasured kinds blank
     assert times["stage 1: R1-Zero (RL from the base)"].startswith(
         "| stage 1: R1-Zero (RL from the base) | 90 | 4 |  | 12 | 3 |  | 70 |")
-    assert times["stage 1: R1-Zero (RL from the base)"].endswith("| 1 |")  # its torch threads
+    assert times["stage 1: R1-Zero (RL from the base)"].endswith("| 1 | 61 → 40 |")  # threads, core speed
     assert "| – | – |" in times["base model (probe, R1-Zero template)"]  # measured before timing: said so
     # the stages' sum: walls (90 + 90) and stage 1's startup (4), which its wall does not count
     assert times["total (wall + startup)"].startswith("| total (wall + startup) | 184 | 4 |  | 12 | 3 |  | 70 |")

@@ -150,3 +150,14 @@ def test_side_work_that_fails_is_reported_and_side_work_of_a_failed_stage_is_sto
     t0 = time.time()
     slow.stop()
     assert slow.process.returncode is not None and time.time() - t0 < 10
+
+
+def test_core_speed_measures_one_thread_and_leaves_the_count_alone():
+    from stages.threads import core_speed
+
+    torch.set_num_threads(2)
+    try:
+        speed = core_speed()
+        assert torch.get_num_threads() == 2 and 1 < speed < 10_000  # GFLOP/s of one core: a plausible figure
+    finally:
+        torch.set_num_threads(CORES)
