@@ -81,9 +81,9 @@ def core_speed(seconds: float = 0.06, windows: int = 3) -> float:
     """The speed of one core now, in GFLOP/s of a one-thread fp32 matmul of the tiny model's shapes
     ((2048 × 128) @ (128 × 512)); the median of ``windows`` equal parts.
 
-    For comparing the minutes of runs: a shared or virtual machine's speed drifts (a pretraining step of
-    the tiny base took 0.46 s and 0.84 s on one idle machine within two hours, docs/speed.md), and a
-    stage's wall time means little without the speed it ran at. The runner records it when each stage
+    For comparing the minutes of runs: a shared or virtual machine's speed drifts, idle, by as much as
+    the changes one wants to time (docs/speed.md), and a stage's wall time means little without the
+    speed it ran at. The runner records it when each stage
     starts and ends (``metrics.core_gflops``) and the report shows both."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
