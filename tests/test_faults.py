@@ -1,5 +1,6 @@
 """The fault-injection suite: every stage and sub-step is SIGKILLed at chosen instants through the real
-CLI (``R1_FAULT``, see data/faults.py), then run again. Each case asserts that the killed run never
+CLI (``R1_FAULT``, see data/faults.py; each run a process forked from tests/zygote.py's, which has the
+libraries imported already), then run again. Each case asserts that the killed run never
 claimed ``complete``, that the rerun completes with the right step count and an intact checkpoint,
 and that no completed work was lost or done twice (no step logged twice, the rejection set and the
 base weights equal an uninterrupted run's).
