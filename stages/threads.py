@@ -83,8 +83,8 @@ def core_speed(seconds: float = 0.06, windows: int = 3) -> float:
 
     For comparing the minutes of runs: a shared or virtual machine's speed drifts, idle, by as much as
     the changes one wants to time (docs/speed.md), and a stage's wall time means little without the
-    speed it ran at. The runner records it when each stage
-    starts and ends (``metrics.core_gflops``) and the report shows both."""
+    speed it ran at. The runner records it when each stage starts and ends (``metrics.core_gflops``)
+    and the report shows both."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -7,7 +7,7 @@ from tests import zygote
 
 
 def r1(*args, cwd=None):  # in a fork of tests/zygote.py: the CLI's errors, without its imports each time
-    return zygote.run([sys.executable, "-m", "stages.cli", *args], cwd=cwd, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    return zygote.run([sys.executable, "-m", "stages.cli", *args], cwd=cwd, env={**os.environ, "OMP_NUM_THREADS": zygote.THREADS},
                       timeout=300)
 
 

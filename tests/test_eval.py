@@ -15,7 +15,7 @@ BENCH = Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
 
 
 def r1_eval(model, out, *extra):
-    env = {**os.environ, "R1_BENCHMARKS_DIR": str(BENCH), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "R1_BENCHMARKS_DIR": str(BENCH), "OMP_NUM_THREADS": zygote.THREADS}
     return zygote.run([sys.executable, "-m", "stages.cli", "eval", "--model", str(model), "--out", str(out),
                        "--k", "2", "--set", "eval.max_new_tokens=16", *extra], env=env, timeout=300)  # a fork of tests/zygote.py
 

@@ -132,7 +132,7 @@ def test_the_launcher_refuses_what_would_fail(tmp_path):
     from tests import zygote
     from tests.test_distributed import REPO
 
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # the launcher in a fork of tests/zygote.py
+    env = {**os.environ, "OMP_NUM_THREADS": zygote.THREADS}  # the launcher in a fork of tests/zygote.py
     p = zygote.run([sys.executable, "scripts/launch", "stage1", "--recipe", "qwen2.5-math-7b", "--set",
                     "stage1.trl.vllm_tensor_parallel_size=3"], cwd=REPO, env=env, timeout=120)
     assert p.returncode == 2 and "WILL FAIL: stage1.trl.vllm_tensor_parallel_size 3" in p.stderr

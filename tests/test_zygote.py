@@ -12,7 +12,7 @@ from tests import zygote
 
 SCRIPT = """
 import atexit, os, signal, sys
-print("argv", sys.argv[1:], "cwd", os.getcwd(), "var", os.environ.get("R1_ZYGOTE_TEST"), "path", sys.path[0])
+print("argv", sys.argv[1:], "cwd", os.getcwd(), "var", os.environ.get("R1_FAULT"), "path", sys.path[0])
 print("to stderr", file=sys.stderr)
 atexit.register(print, "atexit ran")
 if sys.argv[1] == "kill":
@@ -37,7 +37,7 @@ def test_a_forked_run_answers_as_a_fresh_interpreter(tmp_path, how, as_module):
     assert zygote.forkable(env) and forked.returncode == fresh.returncode
     assert forked.stdout == fresh.stdout  # block-buffered: a SIGKILL loses what was printed, as fresh
     if how in ("0", "3", "raise"):
-        assert f"cwd {tmp_path} var None path {tmp_path}" in forked.stdout and "atexit ran" in forked.stdout
+        assert f"cwd {tmp_path} var none path {tmp_path}" in forked.stdout and "atexit ran" in forked.stdout
     assert forked.stderr.splitlines()[0] == "to stderr"
     if how == "raise":
         assert "ValueError: from the script" in forked.stderr and forked.returncode == 1
