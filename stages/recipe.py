@@ -426,6 +426,29 @@ class TrainerSection:
 
 
 @dataclass
+class PassRateFilter:
+    """Train only on prompts the starting policy solves sometimes, not always (``stages/rl.py``
+    ``filter_by_pass_rate``): before training, ``samples`` completions of each of the first ``pool``
+    training prompts (null: all) at the section's rollout temperature and top-p, graded for correctness;
+    prompts whose pass rate lies in [``min_pass_rate``, ``max_pass_rate``] are kept. A prompt the policy
+    always solves gives a group of equal rewards, which carries no gradient. Rows without a verifiable
+    answer (stage 4's general prompts) are kept unscored."""
+
+    pool: int | None = None
+    samples: int = 4
+    min_pass_rate: float = 0.0
+    max_pass_rate: float = 0.75
+
+    def __post_init__(self):
+        if self.samples < 1 or (self.pool is not None and self.pool < 1):
+            raise ValueError(f"pass_rate_filter: samples and pool must be >= 1 (pool null: all), got "
+                             f"{self.samples}, {self.pool}")
+        if not 0.0 <= self.min_pass_rate <= self.max_pass_rate <= 1.0:
+            raise ValueError(f"pass_rate_filter: need 0 <= min_pass_rate <= max_pass_rate <= 1, got "
+                             f"{self.min_pass_rate}, {self.max_pass_rate}")
+
+
+@dataclass
 class RLConfig(TrainerSection):
     """One GRPO run on TRL's GRPOTrainer (``stages/rl.py``): stages 1 and 3, stage 4's final RL and the
     RL control of distillation.
@@ -458,6 +481,9 @@ class RLConfig(TrainerSection):
     ``dynamic_sampling``: DAPO's dynamic sampling, at most this many extra generation rounds per step
     that replace the groups whose rewards are all equal (no gradient) by groups of fresh prompts; 0: off
     (``stages/rl.py`` grpo_trainer_class). One process only.
+
+    ``pass_rate_filter``: before training, drop the prompts the starting policy already always solves
+    (or never does) from the training set (:class:`PassRateFilter`); null: train on every prompt.
     """
 
     TRL_CONFIG: ClassVar[str] = "GRPOConfig"
@@ -480,6 +506,7 @@ class RLConfig(TrainerSection):
     eval_steps: list[int] = field(default_factory=list)
     length_buckets: int = 1
     dynamic_sampling: int = 0
+    pass_rate_filter: PassRateFilter | None = None
 
     def __post_init__(self):
         super().__post_init__()

@@ -17,7 +17,11 @@ DAPO's dynamic sampling (:func:`grpo_trainer_class`). What it adds around the tr
 - evaluation of the held-out rows before and after training with the evaluation runner's protocol
   (``eval_before/``, ``eval_after/``, manifest metrics ``eval_before``, ``eval_after``, ``train``), and
   at the optimizer steps ``eval_steps`` during training (:class:`StepEvaluation`: ``eval_step_NNNNN/``,
-  manifest ``eval_steps``), so held-out pass@1 can be plotted against RL step.
+  manifest ``eval_steps``), so held-out pass@1 can be plotted against RL step;
+- with ``pass_rate_filter``, a training set of the prompts the starting policy solves sometimes, not
+  always (:func:`filter_by_pass_rate`: sampled once before training, ``pass_rate_pool/``, manifest
+  ``pool_filter``). DAPO filters online, batch by batch (``dynamic_sampling``); this filter is offline and
+  is not refreshed as the policy learns.
 
 Precision, the fresh/resume/finished decision, TRL's config, LoRA and the atomic save are the shared
 trainer skeleton's (``stages/trainer.py``). On resume from ``checkpoint-N``, rows of ``metrics.jsonl``,
@@ -63,6 +67,7 @@ from stages.common import (
     processes_summary,
     rank,
     release,
+    run_once,
     set_seed,
     world_size,
 )
@@ -89,6 +94,7 @@ log = logging.getLogger("r1")
 
 METRICS_NAME = "metrics.jsonl"
 EVAL_STEP_PREFIX = "eval_step_"
+POOL_DIR = "pass_rate_pool"  # the pass-rate filter's samples (``filter_by_pass_rate``)
 CANDIDATES_NAME = "cold_start_candidates.jsonl"
 PLOT_NAME = "training_curves.png"
 
@@ -563,6 +569,53 @@ def evaluate(recipe, model, tokenizer, rows: list[dict], out_dir: Path, model_pa
     return summary
 
 
+def filter_by_pass_rate(recipe, cfg, model, tokenizer, rows: list[dict], out_dir: Path, prompt_template: str,
+                        seed: int) -> tuple[list[dict], dict]:
+    """The training rows ``cfg.pass_rate_filter`` keeps, and a summary for the manifest.
+
+    The first ``pool`` reasoning rows (those with an answer and no other ``task``) are sampled
+    ``samples`` times each by ``model`` at the section's rollout temperature, top-p and completion
+    length, in ``prompt_template`` (the format the section trains in), and graded as the evaluation
+    grades; rows whose pass rate lies in [``min_pass_rate``, ``max_pass_rate``] are kept, in their
+    order. Rows beyond the pool are not trained on; rows without a verifiable answer are kept
+    unscored. The samples go to ``out_dir/samples.jsonl`` chunk by chunk, so a resumed run scores no
+    prompt twice and keeps the same rows.
+    """
+    import dataclasses
+
+    from eval.generate import make_sampler
+    from eval.runner import evaluate_rows
+
+    f = cfg.pass_rate_filter
+    def is_gradable(row: dict) -> bool:
+        return (row.get("task") or "reasoning") == "reasoning" and row.get("answer") is not None
+
+    gradable = [r for r in rows if is_gradable(r)]
+    pool = gradable[: f.pool] if f.pool is not None else gradable
+    protocol = dataclasses.replace(recipe.eval, prompt_template=prompt_template, k=f.samples,
+                                   top_p=cfg.setting("top_p"), max_new_tokens=cfg.max_completion_length)
+    t0 = time.time()
+    sampler = make_sampler("transformers", model=model, tokenizer=tokenizer, batch_size=recipe.eval.batch_size)
+    summary = evaluate_rows(sampler, tokenizer, pool, cfg=protocol, seed=seed, out_dir=out_dir, name="pool",
+                            progress=True, temperature=cfg.setting("temperature"))
+    release(sampler)
+    rate: dict = {}
+    for s in read_jsonl_tolerant(Path(out_dir) / "samples.jsonl"):
+        rate.setdefault(s["id"], []).append(bool(s["correct"]))
+    rate = {i: sum(c) / len(c) for i, c in rate.items()}
+    kept_ids = {r["id"] for r in pool if f.min_pass_rate <= rate[r["id"]] <= f.max_pass_rate}
+    kept = [r for r in rows if not is_gradable(r) or r["id"] in kept_ids]
+    record = {"scored": len(pool), "kept": len(kept_ids), "unscored_kept": len(rows) - len(gradable),
+              "too_easy": sum(rate[r["id"]] > f.max_pass_rate for r in pool),
+              "too_hard": sum(rate[r["id"]] < f.min_pass_rate for r in pool),
+              "not_in_pool": len(gradable) - len(pool), "pool_pass@1": summary.get("pass@1"),
+              "samples": f.samples, "temperature": cfg.setting("temperature"), "seconds": time.time() - t0}
+    if not kept:
+        raise ValueError(f"pass_rate_filter kept no prompt of {len(pool)} (pass rates outside "
+                         f"[{f.min_pass_rate}, {f.max_pass_rate}]; pool pass@1 {summary.get('pass@1')})")
+    return kept, record
+
+
 def _describe(summary: dict) -> str:
     return (f"pass@1 {summary.get('pass@1', 0):.3f}, think {summary.get('think_rate', 0):.2f}, "
             f"format {summary.get('format_rate', 0):.2f}, mean length {summary.get('mean_length_tokens', 0):.1f} tokens")
@@ -603,7 +656,7 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
         drop_step_evaluations(out, m.data["metrics"], step)
         m.save()
 
-    stale = [out / "eval_before", out / "eval_after", out / "samples", *out.glob(f"{EVAL_STEP_PREFIX}*"),
+    stale = [out / "eval_before", out / "eval_after", out / "samples", out / POOL_DIR, *out.glob(f"{EVAL_STEP_PREFIX}*"),
              *out.glob(CANDIDATES_NAME.replace(".jsonl", "*.jsonl"))]
     start = begin(ctx, key="train", final=final, trainer_dir=trainer_dir, logs=[metrics_path], stale=stale,
                   forget_after=forget_after)
@@ -663,6 +716,17 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
             m.data["metrics"].setdefault("eval_steps", {})[str(step)] = summary
             m.save()
             log.info("step %d: %s", step, _describe(summary))
+
+        if cfg.pass_rate_filter is not None:  # the prompts the starting policy solves sometimes, not always
+            train_rows, pool = run_once(filter_by_pass_rate, recipe, cfg, model, tokenizer, train_rows,
+                                        out / POOL_DIR, eval_template, seed)
+            log.info("pass-rate filter: %d of %d prompts kept (%d solved too often, %d too rarely; %.0f s)",
+                     pool["kept"], pool["scored"], pool["too_easy"], pool["too_hard"], pool["seconds"])
+            if is_main():
+                m.update_metrics(pool_filter=pool)
+            if len(train_rows) < cfg.steps * cfg.prompts_per_step:
+                log.warning("pass-rate filter: %d prompts for %d steps × %d prompts: the trainer goes through "
+                            "them more than once", len(train_rows), cfg.steps, cfg.prompts_per_step)
 
         if device.type == "cpu" and cfg.lora is None and not cfg.setting("use_vllm") and supports(model):
             # GRPO's rollouts go through model.generate: on the CPU default, the KV-cache loop instead

@@ -22,6 +22,7 @@ from transformers import TrainerCallback
 import stages.base
 import stages.stage1_zero
 from data.jsonl import read_jsonl_tolerant
+from data.templates import r1_zero_prompt
 from stages.manifest import Manifest, ManifestError
 from stages.runner import run_stage
 from stages.trainer import checkpoint_problem, last_complete_checkpoint, truncate_jsonl
@@ -115,6 +116,33 @@ def test_the_accuracy_reward_alone_teaches_the_answer(base_run, tmp_path):
     assert before < 0.05 and after > 0.5, (before, after)
     train = m.data["metrics"]["train"]
     assert train["final_accuracy"] > train["first_accuracy"] + 0.3
+
+
+def test_the_pass_rate_filter_chooses_what_grpo_trains_on(base_run, tmp_path):
+    """With ``pass_rate_filter``, the stage samples its pool before training, records the filter in the
+    manifest and trains on the kept prompts only; a filter that keeps nothing stops the stage, naming it."""
+    from stages.rl import POOL_DIR, run_rl
+
+    rows = [{"id": f"q{i}", "problem": f"What is {i} + 3?", "answer": str(i + 3)} for i in range(8)]
+
+    def stage1(name, rule):
+        r = recipe(with_base(base_run, tmp_path, name), name, [
+            f"stage1.pass_rate_filter={{pool: 3, samples: 2, {rule}}}", "stage1.sample_every=1"])
+        return r, lambda ctx: run_rl(ctx, r.stage1, train_rows=rows, eval_rows=rows[:2],
+                                     build_prompt=lambda row: r1_zero_prompt(row["problem"]),
+                                     model_ref=str(r.stage_dir("base") / "checkpoint"))
+
+    r, run = stage1("kept", "min_pass_rate: 0.0, max_pass_rate: 1.0")
+    m = run_stage(r, "stage1", run)
+    pool = m.data["metrics"]["pool_filter"]
+    assert m.status == "complete" and (pool["scored"], pool["kept"], pool["not_in_pool"]) == (3, 3, 5)
+    assert len(read_jsonl_tolerant(r.stage_dir("stage1") / POOL_DIR / "samples.jsonl")) == 3 * 2
+    trained = {s["id"] for f in (r.stage_dir("stage1") / "samples").glob("step_*.jsonl") for s in read_jsonl_tolerant(f)}
+    assert trained == {"q0", "q1", "q2"}  # 4 steps × 2 prompts drawn from the 3 kept, none from past the pool
+
+    r, run = stage1("none", "min_pass_rate: 1.0, max_pass_rate: 1.0")  # a micro model solves nothing
+    with pytest.raises(ValueError, match="pass_rate_filter kept no prompt of 3"):
+        run_stage(r, "stage1", run)
 
 
 def test_same_seed_same_run(base_run, tmp_path):

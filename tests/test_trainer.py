@@ -527,3 +527,57 @@ def test_dynamic_sampling_needs_group_normalised_advantages():
                 ["stage3.dynamic_sampling=-1"]):
         with pytest.raises(RecipeError, match="dynamic_sampling"):
             load_recipe("tiny", bad)
+
+
+# -- the pass-rate filter of the RL prompt pool ---------------------------------------------------
+
+
+def test_the_pass_rate_filter_keeps_the_prompts_the_policy_solves_sometimes(tmp_path, monkeypatch):
+    """Each pool prompt is sampled ``samples`` times at the section's rollout settings and graded; those
+    whose pass rate lies in [min, max] are kept in order, prompts past the pool are dropped, rows
+    without an answer (stage 4's general prompts) are kept unscored, and a second call (a resumed run)
+    reads the samples on disk instead of sampling again."""
+    import eval.generate
+    from stages.rl import filter_by_pass_rate
+
+    right = {1: 0, 2: 1, 3: 2, 4: 3, 5: 4, 6: 4}  # row i: this many of its 4 samples right (pass rates 0 … 1)
+    rows = [{"id": f"q{i}", "problem": f"What is {i} + 10?", "answer": str(i + 10)} for i in right]
+    rows.insert(3, {"id": "g0", "task": "general", "problem": "Say hello.", "answer": None})
+    calls = []
+
+    def fake_make_sampler(backend, **_):
+        def sampler(prompts, *, n, temperature, top_p, max_new_tokens, **__):
+            calls.append((len(prompts), n, temperature, top_p, max_new_tokens))
+            out = []
+            for p in prompts:
+                i = next(i for i in right if f"What is {i} + 10?" in p)
+                out.append([{"text": f"<think> {i} + 10 </think> <answer> {i + 10 if s < right[i] else i + 11} </answer>",
+                             "num_tokens": 9, "truncated": False} for s in range(n)])
+            return out
+        return sampler
+
+    monkeypatch.setattr(eval.generate, "make_sampler", fake_make_sampler)
+    r = load_recipe("tiny", ["stage1.pass_rate_filter={pool: 5, samples: 4, min_pass_rate: 0.25, max_pass_rate: 0.75}",
+                             "stage1.trl.temperature=0.8", "stage1.max_completion_length=40"])
+    kept, summary = filter_by_pass_rate(r, r.stage1, None, None, rows, tmp_path / "pool", "r1_zero", seed=0)
+    assert [row["id"] for row in kept] == ["q2", "q3", "g0", "q4"]
+    assert {k: summary[k] for k in ("scored", "kept", "too_easy", "too_hard", "not_in_pool", "unscored_kept")} == {
+        "scored": 5, "kept": 3, "too_easy": 1, "too_hard": 1, "not_in_pool": 1, "unscored_kept": 1}
+    assert summary["pool_pass@1"] == pytest.approx((0 + 1 + 2 + 3 + 4) / 20)
+    assert calls == [(5, 4, 0.8, r.stage1.setting("top_p"), 40)]  # the rollouts' settings, the pool only
+
+    monkeypatch.setattr(eval.generate, "make_sampler", lambda *a, **k: lambda *a, **k: pytest.fail("sampled again"))
+    again, _ = filter_by_pass_rate(r, r.stage1, None, None, rows, tmp_path / "pool", "r1_zero", seed=0)
+    assert again == kept
+
+    r = load_recipe("tiny", ["stage1.pass_rate_filter={samples: 4, min_pass_rate: 1.0, max_pass_rate: 1.0}"])
+    monkeypatch.setattr(eval.generate, "make_sampler", fake_make_sampler)
+    only_solved, summary = filter_by_pass_rate(r, r.stage1, None, None, rows, tmp_path / "all", "r1_zero", seed=0)
+    assert [row["id"] for row in only_solved] == ["g0", "q5", "q6"] and summary["not_in_pool"] == 0
+
+
+@pytest.mark.parametrize("bad", ["{samples: 0}", "{pool: 0}", "{min_pass_rate: 0.8, max_pass_rate: 0.5}",
+                                 "{max_pass_rate: 1.5}", "{min_pass_rate: -0.1}", "{sample: 4}"])
+def test_a_bad_pass_rate_filter_is_refused(bad):
+    with pytest.raises((RecipeError, ValueError), match="pass_rate_filter"):
+        load_recipe("tiny", [f"stage3.pass_rate_filter={bad}"])
