@@ -587,6 +587,7 @@ def filter_by_pass_rate(recipe, cfg, model, tokenizer, rows: list[dict], out_dir
     from eval.runner import evaluate_rows
 
     f = cfg.pass_rate_filter
+
     def is_gradable(row: dict) -> bool:
         return (row.get("task") or "reasoning") == "reasoning" and row.get("answer") is not None
 
@@ -610,7 +611,7 @@ def filter_by_pass_rate(recipe, cfg, model, tokenizer, rows: list[dict], out_dir
               "too_hard": sum(rate[r["id"]] < f.min_pass_rate for r in pool),
               "not_in_pool": len(gradable) - len(pool), "pool_pass@1": summary.get("pass@1"),
               "samples": f.samples, "temperature": cfg.setting("temperature"), "seconds": time.time() - t0}
-    if not kept:
+    if pool and not kept_ids:
         raise ValueError(f"pass_rate_filter kept no prompt of {len(pool)} (pass rates outside "
                          f"[{f.min_pass_rate}, {f.max_pass_rate}]; pool pass@1 {summary.get('pass@1')})")
     return kept, record

@@ -575,6 +575,10 @@ def test_the_pass_rate_filter_keeps_the_prompts_the_policy_solves_sometimes(tmp_
     only_solved, summary = filter_by_pass_rate(r, r.stage1, None, None, rows, tmp_path / "all", "r1_zero", seed=0)
     assert [row["id"] for row in only_solved] == ["g0", "q5", "q6"] and summary["not_in_pool"] == 0
 
+    r = load_recipe("tiny", ["stage1.pass_rate_filter={samples: 4, min_pass_rate: 0.6, max_pass_rate: 0.7}"])
+    with pytest.raises(ValueError, match="kept no prompt of 6"):  # the general row alone is no training set
+        filter_by_pass_rate(r, r.stage1, None, None, rows, tmp_path / "none", "r1_zero", seed=0)
+
 
 @pytest.mark.parametrize("bad", ["{samples: 0}", "{pool: 0}", "{min_pass_rate: 0.8, max_pass_rate: 0.5}",
                                  "{max_pass_rate: 1.5}", "{min_pass_rate: -0.1}", "{sample: 4}"])
