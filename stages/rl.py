@@ -585,6 +585,7 @@ def filter_by_pass_rate(recipe, cfg, model, tokenizer, rows: list[dict], out_dir
 
     from eval.generate import make_sampler
     from eval.runner import evaluate_rows
+    from eval.stats import per_problem
 
     f = cfg.pass_rate_filter
 
@@ -600,15 +601,12 @@ def filter_by_pass_rate(recipe, cfg, model, tokenizer, rows: list[dict], out_dir
     summary = evaluate_rows(sampler, tokenizer, pool, cfg=protocol, seed=seed, out_dir=out_dir, name="pool",
                             progress=True, temperature=cfg.setting("temperature"))
     release(sampler)
-    rate: dict = {}
-    for s in read_jsonl_tolerant(Path(out_dir) / "samples.jsonl"):
-        rate.setdefault(s["id"], []).append(bool(s["correct"]))
-    rate = {i: sum(c) / len(c) for i, c in rate.items()}
-    kept_ids = {r["id"] for r in pool if f.min_pass_rate <= rate[r["id"]] <= f.max_pass_rate}
+    by_id = per_problem(read_jsonl_tolerant(Path(out_dir) / "samples.jsonl"))  # id → pass rate
+    rate = [by_id[str(r["id"])] for r in pool]
+    kept_ids = {r["id"] for r, x in zip(pool, rate, strict=True) if f.min_pass_rate <= x <= f.max_pass_rate}
     kept = [r for r in rows if not is_gradable(r) or r["id"] in kept_ids]
     record = {"scored": len(pool), "kept": len(kept_ids), "unscored_kept": len(rows) - len(gradable),
-              "too_easy": sum(rate[r["id"]] > f.max_pass_rate for r in pool),
-              "too_hard": sum(rate[r["id"]] < f.min_pass_rate for r in pool),
+              "too_easy": sum(x > f.max_pass_rate for x in rate), "too_hard": sum(x < f.min_pass_rate for x in rate),
               "not_in_pool": len(gradable) - len(pool), "pool_pass@1": summary.get("pass@1"),
               "samples": f.samples, "temperature": cfg.setting("temperature"), "seconds": time.time() - t0}
     if pool and not kept_ids:
