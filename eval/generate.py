@@ -1,4 +1,4 @@
-"""Batched sampling on the CPU path (vLLM is the GPU path: :class:`VLLMSampler`).
+"""Batched sampling: :func:`sample` on the CPU path, :class:`VLLMSampler` through vLLM (GPUs, or vLLM's CPU build).
 
 One function, :func:`sample`, used by every evaluation, probe, cold-start and rejection sampler and the
 reward models' pairs, so that all of them sample the same way. It runs :func:`eval.decode.decode` (a
@@ -59,7 +59,7 @@ def sample(
     if processes is None:
         processes = torch.get_num_threads() if fast and model.device.type == "cpu" else 1
     processes = max(1, min(processes, len(batches)))
-    stop_ids = stop_token_ids(model, tokenizer)
+    stop_ids = stop_token_ids(model.generation_config, tokenizer)
     was_training = model.training
     model.eval()
 
@@ -116,37 +116,62 @@ def sample(
     return [out[i * n : (i + 1) * n] for i in range(len(prompts))]
 
 
-def stop_token_ids(model, tokenizer) -> list[int]:
+def stop_token_ids(generation_config, tokenizer) -> list[int]:
     """The tokenizer's end-of-text and every end token of the model's generation config (a chat model
     ends its turn with ``<|im_end|>``), as TRL's GRPOTrainer collects them."""
-    ids = model.generation_config.eos_token_id if model.generation_config is not None else None
+    ids = generation_config.eos_token_id if generation_config is not None else None
     ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
     return list(dict.fromkeys([tokenizer.eos_token_id, *ids]))
 
 
 class VLLMSampler:
-    """The same contract as :func:`sample`, through vLLM's offline engine (GPU machines only).
+    """The same contract as :func:`sample`, through vLLM's offline engine (GPUs; vLLM's CPU build too).
 
-    ``tensor_parallel_size`` shards one model over GPUs; for data parallelism run one sampler per
-    GPU group (vLLM's ``data_parallel_size`` where the installed version has it).
+    The engine never tokenizes: prompts go to it as token ids of ``tokenizer`` (the project's), and
+    completions come back as ids that ``tokenizer`` decodes. vLLM would build its own tokenizer with
+    ``AutoTokenizer``, which can split text differently from the one the model was trained with (the
+    tiny model's comes back as a ``Qwen2Tokenizer``: ``data/tokenizer.py``), and sampling from other
+    token ids is sampling another model. It stops at :func:`stop_token_ids`, as :func:`sample` does.
+
+    Seeds: on CUDA each prompt's request carries its own seed, derived from the call's ``seed`` and the
+    prompt's index, so a call's samples depend on its seed alone. vLLM's CPU backend refuses per-request
+    seeds (``CPU Generator does not use offset``): there the engine's ``seed`` is set once when it
+    starts, and a call's samples depend on the calls the engine served before it.
+
+    ``tensor_parallel_size`` shards one model over GPUs; ``gpu_memory_utilization`` is the share of the
+    GPU the engine may take (weights + KV cache; on the CPU backend, the share of host memory); what is
+    already on the GPU (a policy mid-stage) must fit in the rest, or vLLM refuses to start.
+    ``enforce_eager``: no CUDA graphs or compilation (a quicker start, slower decoding). The engine computes
+    in the dtype the checkpoint was saved in, as transformers loads it (vLLM would cast fp32 to bf16).
     """
 
-    def __init__(self, model_path: str, *, seed: int, tensor_parallel_size: int = 1,
+    def __init__(self, model_path: str, tokenizer, *, seed: int, tensor_parallel_size: int = 1,
                  gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
-                 trust_remote_code: bool = False):
+                 enforce_eager: bool = False, trust_remote_code: bool = False):
         try:
             from vllm import LLM
+            from vllm.platforms import current_platform
         except ImportError:
-            raise RuntimeError("the vLLM backend was requested but vllm is not installed; "
-                               "on a GPU machine: pip install -e '.[gpu]'") from None
-        # gpu_memory_utilization: the share of the whole GPU vLLM may take (weights + KV cache); what is
-        # already on the GPU (a policy mid-stage) must fit in the rest, or vLLM refuses to start
+            raise RuntimeError("the vLLM backend was requested but vllm is not installed; on a GPU machine "
+                               "`make setup-gpu`, on a CPU `make setup-vllm` (vLLM's CPU build)") from None
+        from transformers import AutoConfig, GenerationConfig
+
+        self.tokenizer = tokenizer
+        self.per_request_seeds = not current_platform.is_cpu()
+        try:
+            generation_config = GenerationConfig.from_pretrained(model_path)
+        except OSError:  # a checkpoint without generation_config.json
+            generation_config = None
+        self.stop_ids = stop_token_ids(generation_config, tokenizer)
+        # the dtype the checkpoint was saved in, as transformers loads it (vLLM's "auto" casts fp32 weights to bf16)
+        dtype = getattr(AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code), "dtype", None)
         self.llm = LLM(model=model_path, tensor_parallel_size=tensor_parallel_size, seed=seed,
+                       dtype=str(dtype).removeprefix("torch.") if dtype else "auto",
                        gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
-                       trust_remote_code=trust_remote_code)
+                       enforce_eager=enforce_eager, skip_tokenizer_init=True, trust_remote_code=trust_remote_code)
 
     def close(self) -> None:
-        """Shut the engine down and give its GPU memory back (the next phase loads a model)."""
+        """Shut the engine down and give its memory back (the next phase loads a model)."""
         import gc
 
         import torch
@@ -164,28 +189,40 @@ class VLLMSampler:
     def __call__(self, prompts: list[str], *, n: int, temperature: float, top_p: float, max_new_tokens: int,
                  seed: int, **_) -> list[list[dict]]:
         from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
 
-        params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens,
-                                seed=seed, skip_special_tokens=True)
+        if self.llm is None:
+            raise RuntimeError("this vLLM sampler was closed")
+        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+
+        def params(i: int) -> SamplingParams:
+            return SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens,
+                                  stop_token_ids=self.stop_ids, detokenize=False,
+                                  seed=(seed * 1_000_003 + i) % 2**31 if self.per_request_seeds else None)
+
+        requests = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in ids],
+                                     [params(i) for i in range(len(ids))], use_tqdm=False)
         return [
-            [{"text": c.text, "num_tokens": len(c.token_ids), "truncated": c.finish_reason == "length"}
-             for c in request.outputs]
-            for request in self.llm.generate(prompts, params)
+            [{"text": self.tokenizer.decode(c.token_ids, skip_special_tokens=True), "num_tokens": len(c.token_ids),
+              "truncated": c.finish_reason == "length"} for c in request.outputs]
+            for request in requests
         ]
 
 
 def make_sampler(backend: str, *, model=None, tokenizer=None, model_path: str | None = None, seed: int = 0,
                  batch_size: int = 64, tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
-                 max_model_len: int | None = None, trust_remote_code: bool = False):
-    """A function ``(prompts, n=, temperature=, top_p=, max_new_tokens=, seed=, desc=) -> completions``.
+                 max_model_len: int | None = None, enforce_eager: bool = False, trust_remote_code: bool = False):
+    """A function ``(prompts, n=, temperature=, top_p=, max_new_tokens=, seed=, desc=) -> completions``:
+    ``model`` sampled by :func:`sample` (``transformers``), or the checkpoint ``model_path`` by vLLM's
+    engine (``vllm``: :class:`VLLMSampler`, ``tokenizer`` the checkpoint's own).
 
     A prompt that ends inside an opened think block (a chat template that prefills ``<think>``,
     ``data.templates.prefilled_think``) gets that opening put back in front of each of its completions'
     texts, so every reader sees ``<think> … </think> …``; ``num_tokens`` still counts generated tokens."""
     if backend == "vllm":
-        engine_sample = VLLMSampler(model_path, seed=seed, tensor_parallel_size=tensor_parallel_size,
+        engine_sample = VLLMSampler(model_path, tokenizer, seed=seed, tensor_parallel_size=tensor_parallel_size,
                                     gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
-                                    trust_remote_code=trust_remote_code)
+                                    enforce_eager=enforce_eager, trust_remote_code=trust_remote_code)
     elif backend == "transformers":
         def engine_sample(prompts, **kw):
             return sample(model, tokenizer, prompts, batch_size=batch_size, **kw)

@@ -137,3 +137,24 @@ def evaluate_rows(sampler, tokenizer, rows: list[dict], *, cfg, seed: int, out_d
 def _read_samples(path: Path, bench: str) -> list[dict]:
     """Samples already on disk for ``bench`` (a torn last line from a crash is skipped)."""
     return [r for r in read_jsonl_tolerant(path) if r.get("bench") == bench]
+
+
+def compare_samplers(first, second, tokenizer, rows: list[dict], *, cfg, seed: int) -> dict:
+    """Two samplers of one checkpoint (``eval.generate.make_sampler``: e.g. the project's decode loop and
+    vLLM's engine) on the same ``rows`` with the same protocol ``cfg``, paired problem by problem: each
+    one's summary, and ``second − first`` of pass@1 and of the mean completion length, each with its
+    interval (``eval.stats.paired_difference``). Samplers of the same model differ only by chance."""
+    from eval.stats import paired_difference, per_problem
+
+    build = prompt_builder(cfg.prompt_template, tokenizer)
+    summaries, records = [], []
+    for sampler in (first, second):
+        completions = sampler([build(r["problem"]) for r in rows], n=cfg.k, temperature=cfg.temperature,
+                              top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens, seed=seed, progress=False)
+        out = grade_samples(rows, completions)
+        records.append(out)
+        summaries.append(summarize(out, cfg.k))
+    return {"first": summaries[0], "second": summaries[1],
+            "pass@1": paired_difference(per_problem(records[0]), per_problem(records[1]), seed=seed),
+            "mean_length_tokens": paired_difference(per_problem(records[0], "num_tokens"),
+                                                    per_problem(records[1], "num_tokens"), seed=seed)}

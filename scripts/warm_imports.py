@@ -4,7 +4,7 @@
 transformers and the rest (most never imported; it doubled the install's time here). Importing what
 the stages, the report and the tests use writes bytecode for those modules alone, so that later runs
 start as fast as after a compiled install. Run with bytecode writing on (the Makefile unsets
-``PYTHONDONTWRITEBYTECODE`` for it).
+``PYTHONDONTWRITEBYTECODE`` for it). ``--vllm`` (``make setup-vllm``): vLLM's modules an engine imports too.
 """
 
 import importlib
@@ -17,11 +17,13 @@ MODULES = [
     "stages.report", "stages.findings", "stages.base", "stages.stage1_zero", "stages.stage2_cold_start",
     "stages.stage3_reasoning_rl", "stages.stage4_final", "stages.distill",
 ]
+VLLM_MODULES = ["vllm", "vllm.v1.engine.llm_engine", "vllm.v1.worker.cpu_worker", "vllm.v1.worker.cpu_model_runner",
+                "vllm.model_executor.models.qwen2", "trl.generation.vllm_generation"]
 
 
 def main() -> None:
     sys.dont_write_bytecode = False
-    for name in MODULES:
+    for name in MODULES + (VLLM_MODULES if "--vllm" in sys.argv[1:] else []):
         importlib.import_module(name)
     # classes that transformers and TRL import lazily, on first use
     from transformers import AutoModelForCausalLM, Qwen2ForCausalLM, Qwen2ForSequenceClassification  # noqa: F401

@@ -17,9 +17,8 @@ from pathlib import Path
 
 from data.datasets import load_rows
 from data.templates import r1_zero_prompt
-from eval.generate import make_sampler
 from eval.runner import evaluate_rows
-from stages.common import check_model_ref, load_tokenizer, save_model_atomically
+from stages.common import check_model_ref, load_sampler, load_tokenizer, release, save_model_atomically
 from stages.pretrain import pretrain_tiny
 
 log = logging.getLogger("r1")
@@ -95,9 +94,13 @@ def run(ctx) -> Path | str:
     rows, _, source = load_rows(recipe.data.test, recipe)
     log.info("base: probing %d held-out problems of %s × %d samples at temperature %.1f under the R1-Zero template",
              len(rows), source, recipe.eval.k, recipe.base.probe_temperature)
-    sampler = make_sampler("transformers", model=model, tokenizer=tokenizer, batch_size=recipe.eval.batch_size)
-    summary = evaluate_rows(sampler, tokenizer, rows, cfg=recipe.eval, seed=recipe.seed, out_dir=ctx.dir / "probe",
-                            name="task_test", temperature=recipe.base.probe_temperature)
+    sampler, tokenizer = load_sampler(recipe, str(checkpoint), backend=recipe.eval.backend,
+                                      batch_size=recipe.eval.batch_size, loaded=(model, tokenizer))
+    try:
+        summary = evaluate_rows(sampler, tokenizer, rows, cfg=recipe.eval, seed=recipe.seed, out_dir=ctx.dir / "probe",
+                                name="task_test", temperature=recipe.base.probe_temperature)
+    finally:
+        release(sampler)
     m.update_metrics(probe=summary)
     log.info("base probe: pass@1 %.3f, think %.2f, language mix %.2f, mean length %.1f tokens",
              summary["pass@1"], summary["think_rate"], summary["language_mix_rate"] or 0.0,

@@ -184,21 +184,29 @@ def load_model_and_tokenizer(path_or_id: str, *, device: torch.device, trust_rem
     return model, tokenizer
 
 
-def load_sampler(recipe, model_path: str, *, backend: str = "transformers", batch_size: int = 64):
+def load_sampler(recipe, model_path: str | None, *, backend: str = "transformers", batch_size: int = 64,
+                 loaded: tuple | None = None):
     """``(sampler, tokenizer)`` for ``model_path`` (``eval.generate.make_sampler``'s sampler): vLLM's
     offline engine (``launch.vllm_*``: its share of the GPU, tensor parallelism, context; free it with
-    :func:`release`), or the model loaded on the recipe's device. Call it inside :func:`run_once`: one
-    engine, on the main process."""
+    :func:`release`), or the model loaded on the recipe's device (``loaded``: the ``(model, tokenizer)``
+    already in memory, sampled as they are). Call it inside :func:`run_once`: one engine, on the main
+    process."""
     from eval.generate import make_sampler
 
     if backend == "vllm":
+        if model_path is None:
+            raise ValueError("the vLLM backend samples a saved checkpoint; this model has no path")
         launch = recipe.launch
-        sampler = make_sampler("vllm", model_path=model_path, seed=recipe.seed, trust_remote_code=recipe.trust_remote_code,
-                               tensor_parallel_size=launch.vllm_tensor_parallel,
-                               gpu_memory_utilization=launch.vllm_memory_fraction, max_model_len=launch.vllm_max_model_len)
-        return sampler, load_tokenizer(model_path, trust_remote_code=recipe.trust_remote_code)
-    model, tokenizer = load_model_and_tokenizer(model_path, device=pick_device(recipe.device),
-                                                trust_remote_code=recipe.trust_remote_code)
+        tokenizer = load_tokenizer(model_path, trust_remote_code=recipe.trust_remote_code)
+        sampler = make_sampler("vllm", model_path=model_path, tokenizer=tokenizer, seed=recipe.seed,
+                               trust_remote_code=recipe.trust_remote_code, tensor_parallel_size=launch.vllm_tensor_parallel,
+                               gpu_memory_utilization=launch.vllm_memory_fraction, max_model_len=launch.vllm_max_model_len,
+                               enforce_eager=launch.vllm_enforce_eager)
+        return sampler, tokenizer
+    if backend != "transformers":
+        raise ValueError(f"unknown generation backend {backend!r} (transformers or vllm)")
+    model, tokenizer = loaded or load_model_and_tokenizer(model_path, device=pick_device(recipe.device),
+                                                          trust_remote_code=recipe.trust_remote_code)
     return make_sampler("transformers", model=model, tokenizer=tokenizer, batch_size=batch_size), tokenizer
 
 

@@ -16,7 +16,7 @@ from data.datasets import load_rows
 from data.jsonl import atomic_write_json
 from eval.budget import budget_sampler
 from eval.runner import evaluate_rows
-from stages.common import load_sampler
+from stages.common import load_sampler, release
 from stages.manifest import MANIFEST_NAME, Manifest, now
 from stages.recipe import load_recipe
 
@@ -80,7 +80,8 @@ def run_eval(args) -> int:
                      benchmark_rows(b, recipe, args.limit or (cfg.benchmark_limit if b != "task" else None), data_dir, split)
                      for b in benches}  # load all first: fail before the model
 
-    sampler, tokenizer = load_sampler(recipe, ref, backend=cfg.backend, batch_size=cfg.batch_size)
+    engine, tokenizer = load_sampler(recipe, ref, backend=cfg.backend, batch_size=cfg.batch_size)
+    sampler = engine
     if args.think_budget:
         sampler = budget_sampler(sampler, tokenizer, think_budget=args.think_budget, min_think=args.min_think,
                                  template=cfg.prompt_template)
@@ -94,12 +95,15 @@ def run_eval(args) -> int:
         old = json.loads(previous.read_text(encoding="utf-8"))
         if old.get("protocol") == results["protocol"]:
             results["benchmarks"] = old.get("benchmarks", {})
-    for bench, rows in rows_by_bench.items():
-        log.info("eval: %s, %d problems × %d samples", bench, len(rows), cfg.k)
-        summary = evaluate_rows(sampler, tokenizer, rows, cfg=cfg, seed=recipe.seed, out_dir=out, name=bench)
-        results["benchmarks"][bench] = summary
-        log.info("eval: %s pass@1 %.3f cons@%d %.3f pass@%d %.3f", bench, summary["pass@1"], cfg.k,
-                 summary[f"cons@{cfg.k}"], cfg.k, summary[f"pass@{cfg.k}"])
+    try:
+        for bench, rows in rows_by_bench.items():
+            log.info("eval: %s, %d problems × %d samples", bench, len(rows), cfg.k)
+            summary = evaluate_rows(sampler, tokenizer, rows, cfg=cfg, seed=recipe.seed, out_dir=out, name=bench)
+            results["benchmarks"][bench] = summary
+            log.info("eval: %s pass@1 %.3f cons@%d %.3f pass@%d %.3f", bench, summary["pass@1"], cfg.k,
+                     summary[f"cons@{cfg.k}"], cfg.k, summary[f"pass@{cfg.k}"])
+    finally:
+        release(engine)
     results["written_at"] = now()
     atomic_write_json(out / "results.json", results)
     print(f"results: {out / 'results.json'}\nsamples: {out / 'samples.jsonl'}")

@@ -8,14 +8,25 @@ violates it fails with the numbers to change (:class:`PlanError`).
 
 The memory model is the usual mixed-precision AdamW accounting: bf16 weights (2 bytes per parameter)
 and gradients (2), fp32 master weights and two moments (12); ZeRO-2 shards gradients and optimizer
-state over the processes, ZeRO-3 and FSDP shard all three. On top of it: one micro-batch's logits in
-bf16 (GRPO: completion positions × vocabulary, the largest single tensor of a long-completion run;
-SFT: every position), vLLM's share of the accelerator when it is colocated (its weights and KV cache
-live inside ``trl.vllm_gpu_memory_utilization``), and, in stage 4's final RL, the two reward models
-each process holds whole (bf16). Other activations are not counted. A trainer that would not fit is
-flagged ``DOES NOT FIT``; a stage that would fail before training (no students to distill, a section
-left at the defaults) is flagged ``WILL FAIL``. :func:`launch_problems` checks an accelerate config
-against the recipe (gradient clipping, multi-node DeepSpeed, vLLM's tensor-parallel size).
+state over the processes, ZeRO-3 and FSDP shard all three. On top of it, per process: one micro-batch's
+logits in bf16 (GRPO: completion positions × vocabulary; SFT: every position); its activations (with
+activation checkpointing, each layer's input kept plus one layer's working set recomputed, 34 bytes per
+token and hidden unit as in Korthikanti et al. 2022 with fused attention; without, every layer's); the
+gathered-parameter buffers of ZeRO-3 (DeepSpeed's default of 1e9 live parameters) or FSDP (two decoder
+layers and their gradients); vLLM's share when it is colocated (``trl.vllm_gpu_memory_utilization``);
+stage 4's two reward models, each held whole (bf16); and :data:`CONTEXT_GB` of CUDA context and
+library workspaces. A GRPO prompt is taken as :data:`PROMPT_TOKENS` tokens (the dry run reads no data).
+
+Besides that steady state, three moments are checked: the start of a trainer, when every process holds
+the whole policy (loaded before it is sharded), the reference model and reward models, and TRL builds
+the colocated engine beside them; the KV cache that the colocated engine's share leaves after its
+weights, against the tokens of one generation's rollouts (fewer: vLLM preempts and recomputes them);
+and the evaluations before and after training, when the main process holds the whole policy beside the
+evaluation engine (``launch.vllm_memory_fraction``). Each says ``fits``, ``TIGHT`` (over
+:data:`TIGHT_SHARE` of the accelerator, or a KV cache the rollouts overflow) or ``DOES NOT FIT``; a stage
+that would fail before training (no students to distill, a section left at the defaults) is flagged
+``WILL FAIL``. :func:`launch_problems` checks an accelerate config against the recipe (gradient
+clipping, multi-node DeepSpeed, vLLM's tensor-parallel size).
 """
 
 from __future__ import annotations
@@ -23,6 +34,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 GB = 1024**3
+CONTEXT_GB = 1.0  # per process: CUDA context, cuBLAS and NCCL workspaces
+PROMPT_TOKENS = 512  # a GRPO prompt, for activations and the KV cache (the dry run reads no data)
+TIGHT_SHARE = 0.9  # above this share of the accelerator a plan is TIGHT: fragmentation alone can end it
+ZERO3_LIVE_PARAMETERS = 1e9  # DeepSpeed's stage3_max_live_parameters default: gathered at once
+VLLM_OVERHEAD_GB = 1.0  # vLLM's own activations and graphs inside its share, besides weights and KV cache
 
 
 class PlanError(ValueError):
@@ -37,6 +53,13 @@ class Model:
     parameters: float | None
     vocab: int | None
     heads: int | None = None  # query heads
+    hidden: int | None = None
+    layers: int | None = None
+    kv_heads: int | None = None
+
+    @property
+    def shaped(self) -> bool:
+        return None not in (self.hidden, self.layers, self.heads, self.kv_heads)
 
 
 def model_of(recipe, stage: str) -> Model:
@@ -47,16 +70,19 @@ def model_of(recipe, stage: str) -> Model:
         student = recipe.distill.students[names.index(wanted)]
         if student.pretrained:
             return Model(f"student {student.name} ({student.pretrained})",
-                         student.parameters_b * 1e9 if student.parameters_b else None, student.vocab_size)
-        a = student.architecture or recipe.base.architecture
-        return Model(f"student {student.name} (a tiny Qwen2)", _tiny_parameters(a), _tiny_vocab(a),
-                     a.num_attention_heads)
+                         student.parameters_b * 1e9 if student.parameters_b else None, student.vocab_size,
+                         student.attention_heads, student.hidden_size, student.num_layers, student.key_value_heads)
+        return _tiny_model(f"student {student.name} (a tiny Qwen2)", student.architecture or recipe.base.architecture)
     if recipe.base.pretrained is None:
-        a = recipe.base.architecture
-        return Model("the tiny Qwen2 (built by the base stage)", _tiny_parameters(a), _tiny_vocab(a),
-                     a.num_attention_heads)
+        return _tiny_model("the tiny Qwen2 (built by the base stage)", recipe.base.architecture)
     b = recipe.base
-    return Model(b.pretrained, b.parameters_b * 1e9 if b.parameters_b else None, b.vocab_size, b.attention_heads)
+    return Model(b.pretrained, b.parameters_b * 1e9 if b.parameters_b else None, b.vocab_size, b.attention_heads,
+                 b.hidden_size, b.num_layers, b.key_value_heads)
+
+
+def _tiny_model(name: str, a) -> Model:
+    return Model(name, _tiny_parameters(a), _tiny_vocab(a), a.num_attention_heads, a.hidden_size, a.num_hidden_layers,
+                 a.num_key_value_heads)
 
 
 def parameters(recipe, stage: str = "base") -> float | None:
@@ -77,38 +103,51 @@ def _tiny_vocab(a) -> int:
     return a.embedding_rows or a.tokenizer_vocab_size
 
 
+def verdict(total: float, capacity_gb: float) -> str:
+    if total > capacity_gb * GB:
+        return "DOES NOT FIT"
+    return "TIGHT" if total > TIGHT_SHARE * capacity_gb * GB else "fits"
+
+
 @dataclass
 class Memory:
-    """Bytes per accelerator, by what holds them."""
+    """Bytes per accelerator, by what holds them, while a trainer trains."""
 
     weights: float
     grads: float
     optimizer: float
     reference: float
     logits: float = 0.0
+    activations: float = 0.0
+    buffers: float = 0.0  # ZeRO-3's or FSDP's gathered parameters
     vllm: float = 0.0
     reward_models: float = 0.0
+    context: float = CONTEXT_GB * GB
     unknown: list[str] = field(default_factory=list)  # what could not be counted, and why
 
     @property
     def total(self) -> float:
-        return (self.weights + self.grads + self.optimizer + self.reference + self.logits + self.vllm
-                + self.reward_models)
+        return (self.weights + self.grads + self.optimizer + self.reference + self.logits + self.activations
+                + self.buffers + self.vllm + self.reward_models + self.context)
 
     def describe(self, capacity_gb: float) -> str:
         parts = [("weights", self.weights), ("grads", self.grads), ("optimizer", self.optimizer),
-                 ("reference", self.reference), ("logits", self.logits), ("vLLM", self.vllm),
-                 ("reward models", self.reward_models)]
-        fits = "fits" if self.total <= capacity_gb * GB else "DOES NOT FIT: shard more (zero3/fsdp), add GPUs, or shrink the micro-batch"
+                 ("reference", self.reference), ("logits", self.logits), ("activations", self.activations),
+                 ("sharding buffers", self.buffers), ("vLLM", self.vllm), ("reward models", self.reward_models),
+                 ("CUDA context", self.context)]
+        fits = verdict(self.total, capacity_gb)
+        if fits != "fits":
+            fits += ": shard more (zero3/fsdp), add GPUs, or shrink the micro-batch (more gradient_accumulation_steps)"
         return (" + ".join(f"{name} {b / GB:.1f}" for name, b in parts if b or name in ("weights", "optimizer"))
-                + f" = {self.total / GB:.1f} GB of {capacity_gb:g} GB ({fits}; other activations not counted"
+                + f" = {self.total / GB:.1f} GB of {capacity_gb:g} GB ({fits}"
                 + "".join(f"; {u}" for u in self.unknown) + ")")
 
 
 def memory_per_device(n_params: float, sharding: str | None, processes: int, reference: bool, *,
                       logits: float = 0.0, vllm: float = 0.0, reward_models: float = 0.0) -> Memory:
-    """Bytes per accelerator (see the module docstring for the accounting); ``logits``, ``vllm`` and
-    ``reward_models`` are bytes that no sharding divides."""
+    """Bytes per accelerator of the weights, gradients, optimizer state and reference model under
+    ``sharding`` (see the module docstring); ``logits``, ``vllm`` and ``reward_models`` are bytes that no
+    sharding divides. Activations, buffers and context are :func:`trainer_memory`'s."""
     n = processes
     w, g, o = 2 * n_params, 2 * n_params, 12 * n_params
     ref = 2 * n_params if reference else 0.0
@@ -116,34 +155,132 @@ def memory_per_device(n_params: float, sharding: str | None, processes: int, ref
         g, o = g / n, o / n
     elif sharding in ("zero3", "fsdp"):
         w, g, o, ref = w / n, g / n, o / n, ref / n
-    return Memory(w, g, o, ref, logits, vllm, reward_models)
+    return Memory(w, g, o, ref, logits, vllm=vllm, reward_models=reward_models)
+
+
+def activations(model: Model, micro_batch: int, length: int, checkpointed: bool) -> float:
+    """Bytes of one micro-batch's activations (bf16, fused attention): with activation checkpointing each
+    layer's input (2 bytes per token and hidden unit) and one layer's working set (34), else every
+    layer's working set (Korthikanti et al. 2022, "Reducing Activation Recomputation")."""
+    tokens_h = micro_batch * length * model.hidden
+    return model.layers * 2 * tokens_h + 34 * tokens_h if checkpointed else model.layers * 34 * tokens_h
+
+
+def sharding_buffers(model: Model, sharding: str | None) -> float:
+    """Bytes of the parameters gathered at once: ZeRO-3 up to DeepSpeed's live-parameter cap (bf16);
+    FSDP two decoder layers (the current and the prefetched one) and their gradients before they are
+    reduced."""
+    if sharding == "zero3":
+        return 2 * min(ZERO3_LIVE_PARAMETERS, model.parameters)
+    if sharding == "fsdp":
+        layer = (model.parameters - 2 * (model.vocab or 0) * (model.hidden or 0)) / max(1, model.layers or 1)
+        return 2 * 2 * 2 * layer
+    return 0.0
+
+
+def rl_length(cfg) -> int:
+    """Tokens of one GRPO sequence: a prompt of :data:`PROMPT_TOKENS` and the longest completion, within
+    vLLM's context when the recipe sets one."""
+    length = PROMPT_TOKENS + cfg.max_completion_length
+    cap = cfg.setting("vllm_max_model_length") if cfg.setting("use_vllm") else None
+    return min(length, cap) if cap else length
 
 
 def trainer_memory(recipe, stage: str, kind: str, name: str, cfg, model: Model) -> Memory:
-    """The memory of one trainer of ``stage`` per accelerator (:class:`Memory`)."""
+    """The memory of one trainer of ``stage`` per accelerator while it trains (:class:`Memory`)."""
     launch = recipe.launch
-    unknown, logits, vllm, rms = [], 0.0, 0.0, 0.0
+    unknown, logits, vllm, rms, acts = [], 0.0, 0.0, 0.0, 0.0
+    micro = {"rl": lambda: rl_micro_batch(name, cfg, launch.processes), "sft": lambda: cfg.batch_size,
+             "rm": lambda: 2 * cfg.batch_size}[kind]()  # a preference pair is two sequences
+    length = rl_length(cfg) if kind == "rl" else cfg.max_length
     if model.vocab is None:
         unknown.append("logits unknown: set the student's vocab_size" if model.name.startswith("student")
                        else "logits unknown: set base.vocab_size")
     elif kind == "rl":
-        logits = 2 * rl_micro_batch(name, cfg, launch.processes) * cfg.max_completion_length * model.vocab
+        logits = 2 * micro * cfg.max_completion_length * model.vocab
     elif kind == "sft":
-        logits = 2 * cfg.batch_size * cfg.max_length * model.vocab
-    if kind == "rl" and cfg.setting("use_vllm") and cfg.setting("vllm_mode") == "colocate":
+        logits = 2 * micro * cfg.max_length * model.vocab
+    if model.shaped:
+        acts = activations(model, micro, length, cfg.gradient_checkpointing)
+    else:
+        unknown.append("activations unknown: set base.hidden_size, num_layers, attention_heads, key_value_heads")
+    if kind == "rl" and colocated(cfg):
         vllm = cfg.setting("vllm_gpu_memory_utilization") * launch.gpu_memory_gb * GB
     if name == "stage4.rl":
-        for rm_name in ("helpfulness", "harmlessness"):
-            spec = getattr(recipe.stage4, rm_name)
-            if spec.pretrained:
-                unknown.append(f"the {rm_name} reward model {spec.pretrained}: size unknown")
-            else:  # trained from the stage-4 SFT model: the base's size, a scalar head for the vocabulary
-                rms += 2 * model.parameters
+        rms = _reward_models(recipe, model, unknown)
     mem = memory_per_device(model.parameters, launch.accelerate_config, launch.processes,
                             reference=kind == "rl" and cfg.setting("beta") > 0, logits=logits, vllm=vllm,
                             reward_models=rms)
+    mem.activations, mem.buffers = acts, sharding_buffers(model, launch.accelerate_config)
     mem.unknown = unknown
     return mem
+
+
+def _reward_models(recipe, model: Model, unknown: list[str]) -> float:
+    """Bytes of stage 4's two reward models, each whole on every process (bf16)."""
+    total = 0.0
+    for rm_name in ("helpfulness", "harmlessness"):
+        spec = getattr(recipe.stage4, rm_name)
+        if spec.pretrained:
+            unknown.append(f"the {rm_name} reward model {spec.pretrained}: size unknown")
+        else:  # trained from the stage-4 SFT model: the base's size, a scalar head for the vocabulary
+            total += 2 * model.parameters
+    return total
+
+
+def colocated(cfg) -> bool:
+    return bool(cfg.setting("use_vllm")) and cfg.setting("vllm_mode") == "colocate"
+
+
+def moments(recipe, kind: str, name: str, cfg, model: Model) -> list[str]:
+    """The plan's lines for the moments around a trainer's steady state (module docstring): its start,
+    the colocated engine's KV cache, and the evaluations before and after it."""
+    launch, cap = recipe.launch, recipe.launch.gpu_memory_gb
+    n, ctx = model.parameters, CONTEXT_GB * GB
+    lines = []
+    if kind == "rl":  # every process: the whole policy (before sharding), reference, reward models, the engine
+        unknown: list[str] = []
+        parts = [("policy, whole", 2 * n), ("reference, whole", 2 * n if cfg.setting("beta") > 0 else 0.0),
+                 ("reward models", _reward_models(recipe, model, unknown) if name == "stage4.rl" else 0.0),
+                 ("vLLM", cfg.setting("vllm_gpu_memory_utilization") * cap * GB if colocated(cfg) else 0.0),
+                 ("CUDA context", ctx)]
+        total = sum(b for _, b in parts)
+        lines.append("  at the trainer's start: " + " + ".join(f"{k} {b / GB:.1f}" for k, b in parts if b)
+                     + f" = {total / GB:.1f} GB ({verdict(total, cap)})")
+    if kind == "rl" and colocated(cfg):
+        lines.append("  " + kv_cache_line(cfg, model, launch))
+    if recipe.eval.backend == "vllm" and kind in ("rl", "sft"):
+        engine = launch.vllm_memory_fraction * cap * GB
+        total = 2 * n + engine + ctx
+        lines.append(f"  evaluations (main process): policy, whole {2 * n / GB:.1f} + vLLM engine {engine / GB:.1f} "
+                     f"(launch.vllm_memory_fraction) + CUDA context {ctx / GB:.1f} = {total / GB:.1f} GB "
+                     f"({verdict(total, cap)})")
+    return lines
+
+
+def kv_cache_line(cfg, model: Model, launch) -> str:
+    """The colocated engine's KV cache (its share of the accelerator less its weights and
+    :data:`VLLM_OVERHEAD_GB`) against the tokens of one generation's rollouts on one engine: TRL has each
+    engine generate ``per_device_train_batch_size × steps_per_generation`` completions (× the
+    tensor-parallel group's processes)."""
+    if not model.shaped:
+        return "vLLM KV cache: unknown (set base.hidden_size, num_layers, attention_heads, key_value_heads)"
+    tp = cfg.setting("vllm_tensor_parallel_size")
+    share = cfg.setting("vllm_gpu_memory_utilization") * launch.gpu_memory_gb * GB
+    kv = share - 2 * model.parameters / tp - VLLM_OVERHEAD_GB * GB
+    per_token = 2 * model.layers * model.kv_heads * (model.hidden // model.heads) * 2 / tp  # K and V, bf16
+    steps_per_generation = cfg.setting("steps_per_generation") or cfg.gradient_accumulation_steps
+    rollouts = rl_micro_batch("", cfg, launch.processes) * steps_per_generation * tp
+    need = rollouts * rl_length(cfg)
+    head = (f"vLLM KV cache: {share / GB:.1f} GB share − {2 * model.parameters / tp / GB:.1f} weights − "
+            f"{VLLM_OVERHEAD_GB:g} overhead = {max(kv, 0) / GB:.1f} GB, {max(kv, 0) / per_token:,.0f} tokens; one "
+            f"generation's {rollouts} rollouts × {rl_length(cfg):,} tokens = {need:,} tokens")
+    if kv <= 0:
+        return head + " (DOES NOT FIT: the weights fill the engine's share; raise trl.vllm_gpu_memory_utilization)"
+    if kv / per_token < need:
+        return head + (" (TIGHT: vLLM preempts and recomputes rollouts, slower; raise trl.vllm_gpu_memory_utilization "
+                       "or lower steps_per_generation)")
+    return head + " (fits)"
 
 
 def stage_failures(recipe, stage: str) -> list[str]:
@@ -249,6 +386,8 @@ def plan(recipe, stage: str) -> list[str]:
         if model.parameters and not (kind == "rm" and cfg.pretrained):
             mem = trainer_memory(recipe, stage, kind, name, cfg, model)
             lines.append(f"  memory per process: {mem.describe(launch.gpu_memory_gb)}")
+            if recipe.device != "cpu":
+                lines += moments(recipe, kind, name, cfg, model)
     sampling = {"stage2": ("stage2.cold_start.sample", recipe.stage2.cold_start.sample),
                 "stage4": ("stage4.rejection", recipe.stage4.rejection)}.get(stage)
     if sampling and sampling[1] is not None:
@@ -303,14 +442,18 @@ def _tensor_parallel_problems(what: str, tp: int, model: Model, processes: int |
     return problems
 
 
-def vllm_server_tensor_parallel(recipe, stage: str, gpus: int) -> int:
-    """The tensor-parallel size of ``trl vllm-serve`` on a node of ``gpus`` GPUs (``scripts/slurm.sbatch``):
-    ``launch.vllm_server_tensor_parallel``, one copy of the model (vLLM refuses data parallelism for
-    dense models); PlanError when it does not divide the model's heads or exceeds the node's GPUs."""
+def vllm_server_layout(recipe, stage: str, gpus: int) -> tuple[int, int]:
+    """(tensor parallel, data parallel) of ``trl vllm-serve`` on a node of ``gpus`` GPUs (``scripts/slurm.sbatch``):
+    ``launch.vllm_server_tensor_parallel`` GPUs per copy of the model, and ``launch.vllm_server_data_parallel``
+    copies (null: as many as the node holds, so that none of its GPUs sits idle; vLLM's server balances
+    the requests over them). PlanError when the tensor-parallel size does not divide the model's heads,
+    or the copies need more GPUs than the node has."""
     tp = recipe.launch.vllm_server_tensor_parallel
+    dp = recipe.launch.vllm_server_data_parallel or max(1, gpus // tp)
     problems = _tensor_parallel_problems("launch.vllm_server_tensor_parallel", tp, model_of(recipe, stage), None)
-    if tp > gpus:
-        problems.append(f"launch.vllm_server_tensor_parallel {tp} is more than the server node's {gpus} GPUs")
+    if tp * dp > gpus:
+        problems.append(f"launch.vllm_server_tensor_parallel {tp} × launch.vllm_server_data_parallel {dp} is more "
+                        f"than the server node's {gpus} GPUs")
     if problems:
         raise PlanError("; ".join(problems))
-    return tp
+    return tp, dp

@@ -196,6 +196,11 @@ class BaseConfig:
     parameters_b: float | None = None  # the pretrained model's size in billions, for the dry run's memory plan
     vocab_size: int | None = None  # the pretrained model's vocabulary, for the dry run's logits memory
     attention_heads: int | None = None  # its query heads: vLLM's tensor-parallel size must divide them
+    # its shape, for the dry run's activations and vLLM KV cache (config.json: hidden_size, num_hidden_layers,
+    # num_key_value_heads)
+    hidden_size: int | None = None
+    num_layers: int | None = None
+    key_value_heads: int | None = None
     architecture: TinyArchitecture = field(default_factory=TinyArchitecture)
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
@@ -472,7 +477,8 @@ class RLConfig(TrainerSection):
     max_completion_length), and stage 4's reward models ``helpfulness`` and ``harmlessness``.
 
     ``ref_model_sync_steps``: with ``trl.beta`` > 0, the KL reference model is replaced by the policy
-    every N steps (null: never). vLLM generation (``trl: {use_vllm: true, vllm_mode: …}``) needs CUDA.
+    every N steps (null: never). vLLM generation (``trl: {use_vllm: true, vllm_mode: …}``) needs the vLLM of
+    the run's device: the CUDA build on GPUs, vLLM's CPU build (``make setup-vllm``) on a CPU.
 
     ``length_buckets``: the training forward pass runs the rows of a micro-batch in this many groups of
     similar completion length, each padded to its own longest row instead of the batch's (the same
@@ -592,7 +598,7 @@ class RejectionConfig:
     graded and filtered, at most ``max_kept_per_prompt`` kept. Stage 4 samples the stage-3 model;
     stage 2 (``cold_start.sample``) the stage-1 model, for cold-start candidates.
 
-    ``prompts``: null = ``data.train``. ``backend``: transformers (CPU and GPU) or vllm (GPU)."""
+    ``prompts``: null = ``data.train``. ``backend``: transformers or vllm (GPUs; vLLM's CPU build on a CPU)."""
 
     prompts: DatasetSpec | None = None
     samples_per_prompt: int = 4
@@ -766,6 +772,10 @@ class StudentSpec:
     pretrained: str | None = None
     parameters_b: float | None = None  # the pretrained student's size in billions (dry run)
     vocab_size: int | None = None  # its vocabulary (dry run: logits memory)
+    attention_heads: int | None = None  # its shape (dry run: activations, vLLM's KV cache), as base's
+    hidden_size: int | None = None
+    num_layers: int | None = None
+    key_value_heads: int | None = None
     architecture: TinyArchitecture | None = None
     pretrain_steps: int | None = None
 
@@ -874,11 +884,13 @@ class LaunchConfig:
     gpu_memory_gb: float = 80.0
     timeout_minutes: float = 30.0
     vllm_server_tensor_parallel: int = 1  # GPUs per model copy of ``trl vllm-serve`` (scripts/slurm.sbatch)
+    vllm_server_data_parallel: int | None = None  # model copies on the server node (null: as many as its GPUs hold)
     # vLLM's offline engine for evaluation and rejection sampling (on the main process): its share of the
     # GPU (a policy may already be on it), GPUs per engine, and its context (null: the model's)
     vllm_memory_fraction: float = 0.5
     vllm_tensor_parallel: int = 1
     vllm_max_model_len: int | None = None
+    vllm_enforce_eager: bool = False  # no CUDA graphs or compilation: a quicker start, slower decoding
 
     def __post_init__(self):
         if self.processes_per_node < 1 or self.nodes < 1:
@@ -889,6 +901,8 @@ class LaunchConfig:
             raise ValueError("launch.vllm_tensor_parallel and launch.vllm_max_model_len must be >= 1")
         if self.vllm_server_tensor_parallel < 1:
             raise ValueError(f"launch.vllm_server_tensor_parallel: {self.vllm_server_tensor_parallel} must be >= 1")
+        if self.vllm_server_data_parallel is not None and self.vllm_server_data_parallel < 1:
+            raise ValueError(f"launch.vllm_server_data_parallel: {self.vllm_server_data_parallel} must be >= 1 (or null)")
         if not self.timeout_minutes > 0:
             raise ValueError(f"launch.timeout_minutes: {self.timeout_minutes} must be > 0")
 

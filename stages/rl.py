@@ -88,6 +88,7 @@ from stages.trainer import (
     tracking,
     trl_args,
     truncate_jsonl,
+    whole_model,
 )
 
 log = logging.getLogger("r1")
@@ -241,17 +242,27 @@ def eval_step_dir(out: Path, step: int) -> Path:
 
 class StepEvaluation(TrainerCallback):
     """Evaluates the model as it is after each optimizer step of ``steps`` (``evaluate_now(model,
-    step)``), on the main process. Sampling runs under ``stages.trainer.rng_untouched``: training draws
-    the same random numbers as it would without these evaluations."""
+    step)``), on the main process, on the model ``stages.trainer.whole_model`` gives it (under ZeRO-3 or
+    FSDP every process takes part in gathering it; the others then train on). Sampling runs under
+    ``stages.trainer.rng_untouched``: training draws the same random numbers as it would without these
+    evaluations. :meth:`install` gives it the trainer."""
 
     def __init__(self, steps: Sequence[int], evaluate_now: Callable):
         self.steps = set(steps)
         self.evaluate_now = evaluate_now
+        self.trainer = None
+
+    def install(self, trainer) -> None:
+        trainer.add_callback(self)
+        self.trainer = trainer
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        if state.global_step in self.steps and state.is_world_process_zero and model is not None:
+        if state.global_step not in self.steps or model is None:
+            return
+        whole = whole_model(self.trainer, model)
+        if state.is_world_process_zero:
             with rng_untouched():
-                self.evaluate_now(model, state.global_step)
+                self.evaluate_now(whole, state.global_step)
 
 
 def held_out_by_step(stage_dir: Path, steps: int | None) -> dict[int, list[dict]]:
@@ -323,6 +334,11 @@ class MetricsCallback(TrainerCallback):
             "clip_ratio_low": g("clip_ratio/low_mean"),
             "clip_ratio_high": g("clip_ratio/high_mean"),
             "frac_reward_zero_std": g("frac_reward_zero_std"),
+            # vLLM generation: the policy's probability of the sampled tokens over the engine's (1: the engine
+            # holds the policy's weights; TRL corrects the loss by it)
+            "is_ratio_mean": g("sampling/importance_sampling_ratio/mean"),
+            "is_ratio_min": g("sampling/importance_sampling_ratio/min"),
+            "is_ratio_max": g("sampling/importance_sampling_ratio/max"),
             "eval_pass@1": g("eval_pass@1"),  # eval_every: held-out pass@1 while training (a monitor)
             "zero_std_before": g("dynamic_sampling/zero_std_before"),  # with dynamic sampling: the first
             "zero_std_after": g("dynamic_sampling/zero_std_after"),  # generation's share, and the trained batch's
@@ -345,15 +361,69 @@ class MetricsCallback(TrainerCallback):
 
 
 def check_vllm(cfg, device: torch.device) -> None:
-    """Refuse vLLM generation (``trl.use_vllm``) without CUDA or without vllm installed."""
+    """Refuse vLLM generation (``trl.use_vllm``) that cannot run here: vllm not installed, or a vLLM build
+    for another device than the run's (the CUDA build on a CPU run, or vLLM's CPU build on a CUDA run)."""
     if not cfg.setting("use_vllm"):
         return
-    if device.type != "cuda":
-        raise ValueError("trl.use_vllm is true but the run is on CPU: vLLM needs CUDA (set use_vllm: false)")
     try:
-        import vllm  # noqa: F401
+        from vllm.platforms import current_platform
     except ImportError:
-        raise ValueError("trl.use_vllm is true but vllm is not installed (pip install -e '.[gpu]')") from None
+        raise ValueError("trl.use_vllm is true but vllm is not installed (GPU machines: make setup-gpu; "
+                         "vLLM's CPU build: make setup-vllm), or set use_vllm: false") from None
+    if (device.type == "cpu") != current_platform.is_cpu():
+        build = "its CPU build" if current_platform.is_cpu() else f"a {current_platform.device_type} build"
+        raise ValueError(f"trl.use_vllm is true and the run is on {device.type}, but the installed vLLM is {build}: "
+                         "set use_vllm: false, or install the vLLM of this machine (make setup-gpu, make setup-vllm)")
+
+
+def sync_through_reload(generation) -> None:
+    """Make TRL's colocated engine (``trainer.vllm_generation``) take the policy's weights through vLLM's
+    reload path; used on vLLM's CPU build only (the CUDA path is TRL's, unchanged).
+
+    TRL's colocate sync loads each parameter into the engine's live model (``model.load_weights``). vLLM's
+    CPU backend repacks every linear weight for its GEMM kernels after loading and drops the original
+    (``vllm/model_executor/layers/utils.py``, ``dispatch_cpu_unquantized_gemm``), so that load fails
+    (``'Parameter' object has no attribute 'weight_loader'``) and would leave the packed copy stale if it
+    did not. ``GPUModelRunner.reload_weights`` restores the checkpoint layout layer by layer, loads the
+    given weights and packs them again. One layer it does not pack again: an output head tied to the
+    embeddings (the tiny model's) has no weight of its own among those loaded, so its packed copy would
+    keep the old embeddings; every layer that keeps its weight beside the packed copy is packed again
+    here. tests/test_vllm.py checks the engine's log-probabilities against the policy's after a sync,
+    and that they differ without one."""
+    import types
+
+    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+
+    def sync_weights(self):
+        runner = self.llm.llm_engine.model_executor.driver_worker.model_runner
+        runner.reload_weights(weights_iterator=self._iter_named_params())
+        for module in runner.get_model().modules():  # embeddings and output heads (remove_weight=False)
+            weight = getattr(module, "weight", None)
+            if hasattr(module, "cpu_linear") and weight is not None and weight.dim() == 2 and weight.numel():
+                dispatch_cpu_unquantized_gemm(module, remove_weight=False)
+        self.llm.reset_prefix_cache()
+
+    generation.sync_weights = types.MethodType(sync_weights, generation)
+
+
+def close_colocated_engine(trainer) -> None:
+    """Shut down the vLLM engine TRL colocated with the policy (``use_vllm``, ``vllm_mode: colocate``) once
+    training is over, and free its KV cache: the evaluation after training starts its own engine, and two
+    would not fit. (On vLLM's CPU build, the weights of an engine that took them through vLLM's reload
+    path stay referenced inside vLLM, one copy of the model's weights in host memory.)"""
+    import gc
+
+    generation = getattr(trainer, "vllm_generation", None)
+    llm = getattr(generation, "llm", None)
+    if llm is None:
+        return
+    core = getattr(llm.llm_engine, "engine_core", None)
+    if core is not None and hasattr(core, "shutdown"):
+        core.shutdown()
+    generation.llm = None
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def grpo_config(cfg, *, output_dir: Path, seed: int, device: torch.device, bf16: bool, reward_weights: list[float],
@@ -515,7 +585,11 @@ def _zero_variance_groups(advantages: torch.Tensor, group: int) -> torch.Tensor:
 _LEFT_PADDED = {"prompt_ids", "prompt_mask"}
 _PER_ROW = {"advantages"}
 _PER_TOKEN = {"completion_ids", "completion_mask", "old_per_token_logps", "ref_per_token_logps",
-              "sampling_per_token_logps"}
+              "sampling_per_token_logps", "tool_mask",
+              # vLLM generation (TRL's default vllm_importance_sampling_correction): the policy's probability of
+              # each sampled token over the engine's, (rows, tokens), or (rows, 1) at the sequence level
+              "importance_sampling_ratio"}
+_PADDING = {"prompt_ids": None, "completion_ids": None, "importance_sampling_ratio": 1.0}  # None: the pad token
 
 
 def _concat_groups(pieces: list[tuple[dict, list[int]]], group: int, pad_id: int) -> dict:
@@ -533,7 +607,8 @@ def _concat_groups(pieces: list[tuple[dict, list[int]]], group: int, pad_id: int
                 rows = torch.cat([torch.arange(i * group, (i + 1) * group) for i in groups]).to(out[key].device)
                 parts.append(out[key][rows])
         width = max(p.shape[1] for p in parts) if parts[0].dim() > 1 else None
-        value = pad_id if key == "prompt_ids" or key == "completion_ids" else 0
+        value = _PADDING.get(key, 0)
+        value = pad_id if value is None else value
         if key in _LEFT_PADDED:
             parts = [torch.nn.functional.pad(p, (width - p.shape[1], 0), value=value) for p in parts]
         elif width is not None:
@@ -741,16 +816,19 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
                 args=args,
                 train_dataset=prompt_dataset(train_rows, build_prompt),
                 processing_class=tokenizer,
-                callbacks=[TrackedRun(ctx), MetricsCallback(metrics_path, names),
-                           StepEvaluation([s for s in cfg.eval_steps if s < cfg.steps], evaluate_now),
-                           *(callbacks or []), *trainer_faults()],
+                callbacks=[TrackedRun(ctx), MetricsCallback(metrics_path, names), *(callbacks or []),
+                           *trainer_faults()],
                 peft_config=lora_config(cfg.lora),
             )
+            StepEvaluation([s for s in cfg.eval_steps if s < cfg.steps], evaluate_now).install(trainer)
             if progress is not None:
                 progress.install(trainer)
+            if getattr(trainer, "vllm_generation", None) is not None and device.type == "cpu":
+                sync_through_reload(trainer.vllm_generation)  # vLLM's CPU build (check_vllm)
             return trainer
 
         model, global_step, trainer = fit(make_trainer, start, cfg.steps, model)
+        close_colocated_engine(trainer)
         del trainer
         train_seconds = time.time() - t0
         processes = processes_summary(model, recorder.prompts_seen, "prompts_scored")

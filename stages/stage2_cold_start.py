@@ -94,9 +94,11 @@ def sample_stage1(ctx) -> list[dict]:
     sampler, tokenizer = load_sampler(recipe, model_ref(ctx.parent), backend=cfg.backend, batch_size=cfg.batch_size)
     log.info("cold start: sampling the stage-1 model on %d prompts × %d (T=%.2f)", len(rows),
              cfg.samples_per_prompt, cfg.temperature)
-    kept, drops, stats = rejection_sample(sampler, rows, prompt_builder("r1_zero", tokenizer), ctx.dir / "stage1_samples",
-                                          cfg, seed=recipe.seed, log=log.info)
-    release(sampler)
+    try:
+        kept, drops, stats = rejection_sample(sampler, rows, prompt_builder("r1_zero", tokenizer),
+                                              ctx.dir / "stage1_samples", cfg, seed=recipe.seed, log=log.info)
+    finally:
+        release(sampler)
     ctx.manifest.update_metrics(cold_start_sampling={**stats, "prompts": len(rows), "kept": len(kept),
                                                      "dropped": dict(drops)})
     return kept

@@ -266,12 +266,14 @@ def sample_general(recipe, model_path: str, rows: list[dict], *, n: int, tempera
     main process, shared with the others)."""
 
     def answer():
-        sampler, tok = load_sampler(recipe, model_path, batch_size=recipe.eval.batch_size)
+        sampler, tok = load_sampler(recipe, model_path, backend=recipe.eval.backend, batch_size=recipe.eval.batch_size)
         prompts = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False,
                                            add_generation_prompt=True) for r in rows]
-        answers = sampler(prompts, n=n, temperature=temperature, top_p=top_p, max_new_tokens=recipe.eval.max_new_tokens,
-                          seed=recipe.seed, desc=desc, progress=False)
-        release(sampler)
+        try:
+            answers = sampler(prompts, n=n, temperature=temperature, top_p=top_p,
+                              max_new_tokens=recipe.eval.max_new_tokens, seed=recipe.seed, desc=desc, progress=False)
+        finally:
+            release(sampler)
         return [[c["text"] for c in cs] for cs in answers]
 
     return run_once(answer)

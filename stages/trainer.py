@@ -51,6 +51,9 @@ log = logging.getLogger("r1")
 CHECKPOINT_PREFIX = "checkpoint-"
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                  "pytorch_model.bin.index.json", "adapter_model.safetensors", "adapter_model.bin")
+# What a Trainer checkpoint holds besides trainer_state.json: weights (the files above; FSDP's full or sharded
+# state dict; DeepSpeed's model states), the optimizer state (optimizer.pt; FSDP's optimizer.bin or optimizer_0/;
+# DeepSpeed's global_stepN/*optim_states.pt) and scheduler.pt
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,12 +221,28 @@ def checkpoint_problem(path: Path) -> str | None:
         return "trainer_state.json is not valid JSON"
     if state.get("global_step") != checkpoint_step(path):
         return f"trainer_state.json says step {state.get('global_step')}"
-    if not any((path / f).is_file() and (path / f).stat().st_size > 0 for f in _WEIGHT_FILES):
+    deepspeed = path / f"global_step{checkpoint_step(path)}"  # DeepSpeed's engine checkpoint (ZeRO, any stage)
+    weights = [*_WEIGHT_FILES, "pytorch_model_fsdp.bin", "pytorch_model_fsdp_0/", f"{deepspeed.name}/*model_states.pt"]
+    if not _any_written(path, weights):
         return "no model weights"
-    for f in ("optimizer.pt", "scheduler.pt"):
-        if not (path / f).is_file():
-            return f"no {f}"
+    if not _any_written(path, ["optimizer.pt", "optimizer.bin", "optimizer_0/", f"{deepspeed.name}/*optim_states.pt"]):
+        return "no optimizer state (optimizer.pt; FSDP's optimizer.bin or optimizer_0/; DeepSpeed's global_stepN/)"
+    if not (path / "scheduler.pt").is_file():
+        return "no scheduler.pt"
     return None
+
+
+def _any_written(folder: Path, names: Sequence[str]) -> bool:
+    """Whether one of ``names`` is in ``folder`` and not empty: a file, a folder (``name/``) with a file in it,
+    or a glob pattern (``sub/*.pt``)."""
+    for name in names:
+        if name.endswith("/"):
+            sub = folder / name.rstrip("/")
+            if sub.is_dir() and any(f.is_file() and f.stat().st_size > 0 for f in sub.rglob("*")):
+                return True
+        elif any(f.is_file() and f.stat().st_size > 0 for f in folder.glob(name)):
+            return True
+    return False
 
 
 def last_complete_checkpoint(trainer_dir: Path, remove_partial: bool = False) -> Path | None:
@@ -423,6 +442,19 @@ def plain_model(unwrapped, state: dict):
     return merged(fresh)
 
 
+def whole_model(trainer, model):
+    """The model a callback of ``trainer`` sees, whole, on the main process: itself (unwrapped) where every
+    process holds all of it (one process, DDP, ZeRO-1/2); under ZeRO-3 or FSDP its weights gathered (a
+    collective: every process must call this at the same step) into a plain copy on the main process, and
+    None on the others. An evaluation during training samples from it: the sharded model cannot generate
+    on one process while the others train (its forward pass gathers weights from every process)."""
+    unwrapped = trainer.accelerator.unwrap_model(model)
+    if not is_sharded(unwrapped):
+        return unwrapped
+    state = full_state_dict(trainer)
+    return plain_model(unwrapped, state).to(trainer.args.device) if is_main() else None
+
+
 def save_final(model, tokenizer, final: Path) -> Path:
     """The final model (adapters merged) and tokenizer, written atomically by the main process; every
     process waits until it is in place. ``model`` is what :func:`fit` returned: whole on the main
@@ -494,32 +526,29 @@ class ProgressEvaluation(TrainerCallback):
     callbacks: ``on_log`` hands one dict to every callback in turn, and the trackers must see it filled.
 
     Every process asks for the log at that step (logging gathers the loss: a collective); only the main
-    one evaluates, under :func:`rng_untouched` (training draws the same random numbers). A sharded
-    model (ZeRO-3, FSDP) cannot generate on one process: there the evaluation is skipped, with a warning."""
+    one evaluates, under :func:`rng_untouched` (training draws the same random numbers), on the model
+    :func:`whole_model` gives it (gathered first under ZeRO-3 or FSDP, by every process)."""
 
     def __init__(self, every: int, evaluate: Callable[[torch.nn.Module], dict]):
         self.every, self.evaluate = every, evaluate
         self.pending: dict | None = None
-        self.warned = False
+        self.trainer = None
 
     def install(self, trainer) -> None:
         trainer.callback_handler.callbacks.insert(0, self)
+        self.trainer = trainer
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if not self.every or state.global_step % self.every or model is None:
             return
-        if is_sharded(model):
-            if not self.warned:
-                log.warning("eval_every: the model is sharded over the processes; no evaluation during training")
-                self.warned = True
-            return
         control.should_log = True
+        whole = whole_model(self.trainer, model)
         if state.is_world_process_zero:
-            was_training = model.training
+            was_training = whole.training
             with rng_untouched():
-                model.eval()
-                self.pending = self.evaluate(model)
-            model.train(was_training)
+                whole.eval()
+                self.pending = self.evaluate(whole)
+            whole.train(was_training)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.pending is not None and logs is not None:

@@ -153,10 +153,40 @@ def test_sharded_two_processes_save_whole_checkpoints(small_base, tmp_path, back
         assert not any(f.name.startswith("adapter") for f in Path(m.checkpoint).iterdir())  # LoRA merged (stage 2)
 
 
-def test_gpu_smoke_script_rehearses_on_cpu():
-    """scripts/gpu_smoke.sh, kept ready for a GPU: its sequence (base, 2 GRPO steps, save and reload, an
-    evaluation of 8 problems, 2 SFT steps) and every check it prints, run on the CPU."""
-    p = subprocess.run(["bash", "scripts/gpu_smoke.sh", "--cpu"], cwd=REPO, capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "OMP_NUM_THREADS": "1"})
-    checks = [line for line in p.stdout.splitlines() if line.startswith("gpu_smoke: ok")]
-    assert p.returncode == 0 and len(checks) == 6 and "gpu_smoke: all checks passed" in p.stdout, p.stdout[-3000:] + p.stderr[-2000:]
+def test_gpu_smoke_steps_are_bounded_and_a_failure_ends_it():
+    """Every step of scripts/gpu_smoke.sh runs within the smoke's time (SMOKE_LIMIT): a step past it is killed
+    and the script ends there, saying which step failed, with a non-zero status (its full sequence runs in
+    tests/test_vllm.py, on vLLM's CPU build)."""
+    p = subprocess.run(["bash", "scripts/gpu_smoke.sh", "--cpu"], cwd=REPO, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "OMP_NUM_THREADS": "1", "SMOKE_LIMIT": "4"})
+    assert p.returncode == 1 and "gpu_smoke: FAILED base: exit status 124" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "gpu_smoke: ok" not in p.stdout and "all checks passed" not in p.stdout
+
+
+def test_a_sharded_run_resumes_from_its_checkpoint_and_evaluates_while_training(small_base, tmp_path):
+    """Stage 1 under FSDP2, SIGKILLed at its third optimizer step (after the checkpoint of step 2), resumes
+    from that checkpoint: the checkpoint FSDP writes (its optimizer state is not an ``optimizer.pt``) is
+    complete, not deleted as a torn one. Its held-out evaluation at step 1 (``eval_steps``) and the
+    progress evaluation (``eval_every``) sample the whole model, gathered from both processes, while
+    training goes on."""
+    import shutil
+
+    recipe, base = small_base
+    runs = tmp_path / "runs"
+    shutil.copytree(recipe.stage_dir("base"), runs / "tiny" / "base")
+    sets = [*SMALL, f"run_root={runs}", *MICRO, "stage1.trl.save_steps=1", "stage1.trl.save_total_limit=null",
+            "stage1.eval_steps=[1]", "stage1.eval_every=2", "launch.timeout_minutes=2"]
+    p = launch("stage1", sets, {**FSDP_ON_CPU, "R1_FAULT": "optimizer_step@3"})
+    assert p.returncode != 0 and "fault injected: SIGKILL at optimizer_step" in p.stderr, p.stdout[-2000:] + p.stderr[-3000:]
+    trainer = runs / "tiny" / "stage1" / "trainer"
+    assert sorted(c.name for c in trainer.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+
+    p = launch("stage1", sets, FSDP_ON_CPU)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    m = Manifest.load(runs / "tiny" / "stage1")
+    assert m.status == "complete" and m.data["metrics"]["train"]["steps"] == 3
+    assert m.data["resumes"][-1]["from_step"] == 2
+    assert "resuming from" in (runs / "tiny" / "stage1" / "stage.log").read_text()
+    assert m.data["metrics"]["eval_steps"]["1"]["samples"] == 12  # 6 problems × 2 samples, at step 1
+    rows = [json.loads(line) for line in (runs / "tiny" / "stage1" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r["eval_pass@1"] is not None] == [2]

@@ -48,9 +48,9 @@ def test_memory_follows_the_sharding():
     ddp = memory_per_device(n, "ddp", 8, reference=False)
     z2 = memory_per_device(n, "zero2", 8, reference=False)
     z3 = memory_per_device(n, "zero3", 8, reference=True)
-    assert ddp.total == pytest.approx(16 * n)  # 2 + 2 + 12 bytes per parameter, nothing sharded
+    assert ddp.total - ddp.context == pytest.approx(16 * n)  # 2 + 2 + 12 bytes per parameter, nothing sharded
     assert z2.weights == ddp.weights and z2.optimizer == pytest.approx(ddp.optimizer / 8)
-    assert z3.total == pytest.approx((16 + 2) * n / 8)  # everything sharded, the reference model too
+    assert z3.total - z3.context == pytest.approx((16 + 2) * n / 8)  # everything sharded, the reference model too
     assert ddp.total / GB > 80  # a 7B model does not fit one 80 GB GPU under DDP: the plan says so
     r = load_recipe("qwen2.5-math-7b", ["launch.accelerate_config=ddp"])
     assert any("DOES NOT FIT" in line for line in plan(r, "stage1"))
@@ -73,8 +73,11 @@ def _memory_line(lines, trainer):
     return next(line for line in lines[i + 1:] if "memory per process" in line)
 
 
+OLD_7B_FINAL_RL = ["stage4.rl.prompts_per_step=64", "stage4.rl.gradient_accumulation_steps=8"]
+
+
 def test_logits_vllm_and_reward_models_are_counted():
-    lines = plan(load_recipe("qwen2.5-math-7b"), "stage4")
+    lines = plan(load_recipe("qwen2.5-math-7b", OLD_7B_FINAL_RL), "stage4")
     # 64 × 8 completions / (8 accumulation × 8 GPUs) = 8 per micro-batch × 3,072 positions × 152,064 × 2 bytes
     assert "logits 7.0" in _memory_line(lines, "stage4.rl") and "vLLM 24.0" in _memory_line(lines, "stage4.rl")
     assert "reward models 28.3" in _memory_line(lines, "stage4.rl")  # two 7.6B reward models in bf16, whole
@@ -85,6 +88,32 @@ def test_logits_vllm_and_reward_models_are_counted():
     assert "DOES NOT FIT" in _memory_line(plan(r, "stage4"), "stage4.rl")
     r = load_recipe("qwen2.5-math-7b", ["base.vocab_size=null"])
     assert "logits unknown: set base.vocab_size" in _memory_line(plan(r, "stage1"), "stage1")
+
+
+def test_what_a_run_would_run_out_of_memory_on_is_flagged():
+    """The 7B final RL as it was shipped (micro-batches of 8 completions, 64 prompts a step, two 7B reward models
+    whole on every GPU) fitted by weights, logits and vLLM's share alone: with its activations, ZeRO-3's gathered
+    parameters and the CUDA context it does not. The colocated engine's KV cache, the start of a trainer and
+    the evaluation engine beside the whole policy are each checked too."""
+    line = _memory_line(plan(load_recipe("qwen2.5-math-7b", OLD_7B_FINAL_RL), "stage4"), "stage4.rl")
+    # micro-batch 8 × (512 + 3,072) tokens × 3,584 hidden: 28 layer inputs (2 bytes) + one layer's working set (34)
+    assert "activations 8.6" in line and "sharding buffers 1.9" in line and "CUDA context 1.0" in line
+    assert "84.9 GB of 80 GB (DOES NOT FIT" in line
+    tight = [x for x in plan(load_recipe("qwen2.5-math-7b", ["stage1.trl.vllm_gpu_memory_utilization=0.3"]), "stage1")
+             if "KV cache" in x]
+    assert len(tight) == 1 and "8.8 GB, 165,598 tokens; one generation's 64 rollouts × 3,584 tokens = 229,376" in \
+        tight[0] and "TIGHT: vLLM preempts" in tight[0]
+    full = plan(load_recipe("qwen2.5-math-7b", ["stage1.trl.vllm_gpu_memory_utilization=0.15"]), "stage1")
+    assert any("KV cache" in x and "DOES NOT FIT: the weights fill" in x for x in full)
+    start = plan(load_recipe("qwen2.5-math-7b", ["stage4.rl.trl.beta=0.04", "stage4.rl.trl.vllm_gpu_memory_utilization=0.4"]),
+                 "stage4")
+    assert any(x.startswith("  at the trainer's start: policy, whole 14.2 + reference, whole 14.2 + reward models 28.3 + "
+                            "vLLM 32.0") and x.endswith("(DOES NOT FIT)") for x in start)
+    evaluation = plan(load_recipe("qwen2.5-math-7b", ["launch.vllm_memory_fraction=0.9"]), "stage3")
+    assert any(x.startswith("  evaluations (main process): policy, whole 14.2 + vLLM engine 72.0") and
+               x.endswith("(DOES NOT FIT)") for x in evaluation)
+    tight = _memory_line(plan(load_recipe("qwen2.5-1.5b", ["stage1.gradient_accumulation_steps=8"]), "stage1"), "stage1")
+    assert "74.3 GB of 80 GB (TIGHT" in tight
 
 
 def test_the_plan_says_what_would_fail_and_names_the_student():
@@ -98,7 +127,7 @@ def test_the_plan_says_what_would_fail_and_names_the_student():
 
 
 def test_launch_problems():
-    from stages.plan import launch_problems, vllm_server_tensor_parallel
+    from stages.plan import launch_problems, vllm_server_layout
 
     r = load_recipe("qwen2.5-math-7b", ["stage1.trl.max_grad_norm=0.2"])
     found = launch_problems(r, "stage1", {"distributed_type": "DEEPSPEED", "deepspeed_config": {"gradient_clipping": 1.0}},
@@ -112,9 +141,12 @@ def test_launch_problems():
     assert [p.split(" (")[0] for p in launch_problems(tp3, "stage1", None)] == [
         "stage1.trl.vllm_tensor_parallel_size 3 does not divide the model's 28 attention heads",
         "stage1.trl.vllm_tensor_parallel_size 3 does not divide the 8 training processes"]
-    assert vllm_server_tensor_parallel(r, "stage1", 8) == 4
+    assert vllm_server_layout(r, "stage1", 8) == (4, 2)  # two copies of the model: no GPU of the node idle
+    assert vllm_server_layout(load_recipe("qwen2.5-math-7b", ["launch.vllm_server_data_parallel=1"]), "stage1", 8) == (4, 1)
     with pytest.raises(PlanError, match="8 does not divide the model's 28 attention heads"):
-        vllm_server_tensor_parallel(load_recipe("qwen2.5-math-7b", ["launch.vllm_server_tensor_parallel=8"]), "stage1", 8)
+        vllm_server_layout(load_recipe("qwen2.5-math-7b", ["launch.vllm_server_tensor_parallel=8"]), "stage1", 8)
+    with pytest.raises(PlanError, match="4 × launch.vllm_server_data_parallel 3 is more than the server node's 8 GPUs"):
+        vllm_server_layout(load_recipe("qwen2.5-math-7b", ["launch.vllm_server_data_parallel=3"]), "stage1", 8)
     # the shipped accelerate configs agree with every real recipe, on two nodes too
     import yaml
 
@@ -166,3 +198,36 @@ def test_one_process_launches_r1_itself():
     assert launch.command(args, ["--resume"]) == [sys.executable, "-m", "stages.cli", "stage1", "--recipe", "tiny", "--resume"]
     args.processes = 2
     assert launch.command(args, [])[0] == "torchrun" and "--set=launch.processes_per_node=2" in launch.command(args, [])
+
+
+def test_the_slurm_script_runs_the_launcher_with_the_projects_python(tmp_path):
+    """scripts/slurm.sbatch under stand-ins for SLURM's commands (srun runs its command here, scontrol names two
+    nodes) and a system ``python3`` without the project's packages: the launcher must run on .venv's Python (its
+    shebang would take the system one), and the server node gets the recipe's tensor- and data-parallel sizes."""
+    import os
+    import stat
+    import subprocess
+
+    from tests.test_distributed import REPO
+
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    log = tmp_path / "calls.log"
+    fakes = {
+        "scontrol": "echo node-a; echo node-b",
+        # srun: log its arguments; run the training command (after its options), not the vLLM server
+        "srun": f'echo "srun $*" >> {log}\nwhile [[ $1 == --* ]]; do shift; done\n'
+                '[[ $1 == *trl ]] && exit 0\nexec "$@"',
+        "python3": 'echo "the system python3 has no project packages" >&2; exit 3',
+    }
+    for name, body in fakes.items():
+        (bin_ / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_ / name).chmod(stat.S_IRWXU)
+    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "node-[a-b]",
+           "SLURM_GPUS_PER_NODE": "8", "SLURM_SUBMIT_DIR": REPO}
+    p = subprocess.run(["bash", "scripts/slurm.sbatch", "stage1", "qwen2.5-math-7b", "--dry-run"], cwd=REPO,
+                       env={**env, "VLLM_SERVER_MODEL": "Qwen/Qwen2.5-Math-7B"}, capture_output=True, text=True, timeout=120)
+    # one training node (the other serves), its 8 processes launched by accelerate with the recipe's ZeRO-3
+    assert p.returncode == 0 and "launch: " in p.stdout and "--num_processes 8" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
+    server = [line for line in log.read_text().splitlines() if "vllm-serve" in line]
+    assert len(server) == 1 and "--tensor-parallel-size 4 --data-parallel-size 2" in server[0], log.read_text()
