@@ -240,23 +240,39 @@ def boxes(text: str) -> list[tuple[int, int, int]]:
     return [(m.start(), m.end(), pairs[m.end() - 1]) for m in starts if m.end() - 1 in pairs]
 
 
+# Characters that show nothing: fillers drawn blank (Hangul fillers, the blank Braille pattern); the
+# rest of "nothing" is by Unicode category in :func:`is_blank` (format characters such as zero-width
+# spaces and joiners, bidi marks, BOM; controls; separators; combining marks with nothing to combine with)
+_BLANK_CHARS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+_BLANK_CATEGORIES = frozenset({"Cf", "Cc", "Cs", "Co", "Cn", "Zs", "Zl", "Zp", "Mn", "Me"})
+
+
+def is_blank(text: str) -> bool:
+    """Whether ``text`` shows nothing: whitespace, and zero-width or other invisible characters
+    (``\\u200b``, ``\\u2060``, ``\\ufeff``, bidi marks, Hangul fillers…), alone or together."""
+    import unicodedata
+
+    return all(c in _BLANK_CHARS or unicodedata.category(c) in _BLANK_CATEGORIES for c in text)
+
+
 def has_content(text: str) -> bool:
-    """Whether an answer region says something: not blank, and when it boxes its answer, the last
-    balanced box is not blank (``\\boxed{}`` or ``\\boxed{ }`` is no answer)."""
+    """Whether an answer region says something: not blank (:func:`is_blank`), and when it boxes its
+    answer, the last balanced box is not blank (``\\boxed{}`` or ``\\boxed{\\u200b}`` is no answer)."""
     found = boxes(text)
     if found:
         _, start, end = found[-1]
-        return bool(text[start:end].strip())
-    return bool(text.strip())
+        return not is_blank(text[start:end])
+    return not is_blank(text)
 
 
 def is_well_formed(completion: str) -> bool:
-    """Exactly one non-empty <think>…</think> followed by one <answer>…</answer> with content (not
-    blank, and not an empty box), and nothing else around them (the format the R1-Zero reward asks for)."""
-    m = _WELL_FORMED.match(completion)
-    if not m or not m["think"].strip() or not has_content(m["answer"]):
+    """Exactly one non-blank <think>…</think> followed by one <answer>…</answer> with content (not
+    blank, and not an empty box), and nothing else around them (the format the R1-Zero reward asks for).
+    Linear: the tags are counted before the pattern runs (with one of each it cannot backtrack)."""
+    if not all(completion.count(tag) == 1 for tag in TAGS):
         return False
-    return all(completion.count(tag) == 1 for tag in TAGS)
+    m = _WELL_FORMED.match(completion)
+    return bool(m) and not is_blank(m["think"]) and has_content(m["answer"])
 
 
 _READABLE = re.compile(r"^\s*<think>(?P<think>.*?)</think>(?P<summary>.*)$", re.S)
@@ -265,8 +281,8 @@ _READABLE = re.compile(r"^\s*<think>(?P<think>.*?)</think>(?P<summary>.*)$", re.
 def is_readable_response(completion: str) -> bool:
     """Stages 2-4's pattern (:func:`r1_response`): exactly one non-empty think block, then a summary
     that holds a balanced, non-empty ``\\boxed{…}`` final answer and no other tags."""
-    m = _READABLE.match(completion)
-    if not m or not m["think"].strip() or not boxes(m["summary"]) or not has_content(m["summary"]):
+    if completion.count(THINK_OPEN) != 1 or completion.count(THINK_CLOSE) != 1 or any(
+            tag in completion for tag in (ANSWER_OPEN, ANSWER_CLOSE)):
         return False
-    return completion.count(THINK_OPEN) == 1 and completion.count(THINK_CLOSE) == 1 and not any(
-        tag in completion for tag in (ANSWER_OPEN, ANSWER_CLOSE))
+    m = _READABLE.match(completion)
+    return bool(m) and not is_blank(m["think"]) and bool(boxes(m["summary"])) and has_content(m["summary"])

@@ -40,6 +40,7 @@ __all__ = [
     "number_atoms",
     "numbers_equal",
     "parse_number",
+    "Units",
     "strip_unit_words",
     "unit_conflict",
 ]
@@ -54,7 +55,8 @@ MAX_ANSWER_CHARS = 1000
 
 # A leading "The final answer is", "Answer:", "####", in the benchmarks' languages.
 _PREFIX_RE = re.compile(
-    r"^(?:\*\*)?\s*(?:#{2,4}|(?:the\s+)?(?:final\s+)?answer\b(?:\s+is)?\s*[:：]?|(?:最终)?答案\s*[是为]?\s*[:：]?"
+    r"^(?:\*\*)?\s*(?:#{2,4}|(?:the\s+)?(?:final\s+)?answer\b(?:\s+is)?\s*[:：]?|(?:最终)?答案\s*[是为]?\s*[:：]?|答\s*[:：]"
+    r"|(?:一共|总共|合计|共)(?=\s*\d)"
     r"|答え\s*[:：]|ответ\s*[:：]|antwort\s*[:：]|(?:die\s+)?antwort\s+ist|réponse\s*[:：]|la\s+réponse\s+est"
     r"|(?:la\s+)?respuesta(?:\s+es)?\s*[:：]?|jibu\s*[:：]|คำตอบ\s*[:：]|উত্তর\s*[:：]|సమాధానం\s*[:：])\s*(?:\*\*)?\s*",
     re.IGNORECASE,
@@ -353,24 +355,58 @@ def _is_word(token: str) -> bool:
         unicodedata.category(ch)[0] in "LM" and not "\u0370" <= ch <= "\u03ff" for part in parts for ch in part)
 
 
-def _unit_word(word: str, spaced: bool, powered: bool = False) -> bool:
+# Units of measure a number may carry whatever the question says (lowercase; plurals by rule below).
+UNIT_VOCABULARY = frozenset(
+    "m cm mm km nm um dm in inch inches ft foot feet yd yard mi mile meter metre centimeter centimetre millimeter "
+    "millimetre kilometer kilometre sq square cubic cu units unit l liter litre ml milliliter millilitre gallon gal "
+    "quart qt pint pt cup oz ounce fl lb lbs pound g gram kg kilogram mg milligram ton tonne t s sec second min "
+    "minute h hr hrs hour day week month year yr decade century mph kph kmh km/h m/s fps rpm degree deg radian rad "
+    "dollar cent euro yuan rmb usd percent pct point pts hz khz mhz ghz w kw watt v volt a amp j joule n newton "
+    "pa kpa cal kcal b kb mb gb tb byte bit".split()
+)
+
+
+@dataclass(frozen=True)
+class Units:
+    """What may follow a number in an answer (:func:`parse_number` with ``units``): the units of
+    :data:`UNIT_VOCABULARY`, and the words of the question (``words``, lowercase) and, for scripts
+    without spaces, its text (``text``): a count of the question's own things (``5 apples`` for "How
+    many apples…", ``5个苹果`` for "…几个苹果"). Anything else after the number is prose."""
+
+    words: frozenset = frozenset()
+    text: str = ""
+
+    def allows(self, word: str) -> bool:
+        w = word.lower()
+        forms = {w, w[:-1] if w.endswith("s") else w, w[:-2] if w.endswith("es") else w,
+                 w[:-3] + "y" if w.endswith("ies") else w}
+        return bool(forms & UNIT_VOCABULARY) or bool(forms & self.words) or (w + "s") in self.words
+
+
+def _unit_word(word: str, spaced: bool, powered: bool = False, units: Units | None = None) -> bool:
     """Whether ``word`` (one token after the number) may be a unit: a word, not one of
     :data:`_NOT_UNITS` ("in" only as a power: ``in^2``); in Chinese, Japanese or Korean one of
     :data:`_CJK_UNITS`; a lone Latin letter only for m, g, s, h, L after a space ("5x", "5i", "5n"
-    are math)."""
+    are math). With ``units`` (an answer graded against its question), a Latin word only where
+    ``units`` allows it, and a CJK one only as a measure word, a thing the question names, or a measure
+    word followed by one (``个苹果``)."""
     word = word.rstrip(".")
     if not _is_word(word):
         return False
     if _CJK_RE.search(word):
-        return word in _CJK_UNITS
+        if word in _CJK_UNITS:
+            return True
+        if units is None:
+            return False
+        return word in units.text or any(word.startswith(u) and word[len(u):] in units.text for u in _CJK_UNITS)
     if word.lower() in _NOT_UNITS and not (powered and word.lower() == "in"):
         return False
     if len(word) == 1 and word.isascii():
         return spaced and word in "mgshL"
-    return True
+    return units is None or units.allows(word)
 
 
-def _only_units(rest: str) -> bool:
+def _only_units(rest: str, units: Units | None = None) -> bool:
     """Whether ``rest`` (what follows the number) is a run of units: ``\\%``, currency, degrees,
     ``\\text{…}`` labels and plain words that :func:`_unit_word` accepts, at most three words in all.
     Left to right, one token at a time: linear."""
@@ -382,8 +418,8 @@ def _only_units(rest: str) -> bool:
             continue
         m = _TEXT_UNIT_RE.match(rest, pos)
         if m is not None:
-            tokens = m.group(2).replace("/", " ").split()
-            if not tokens or not all(_unit_word(t, True, powered=bool(m.group(3))) for t in tokens):
+            tokens = re.sub(r"[/()（）]", " ", m.group(2)).split()  # "\text{ (dollars)}", "\text{km/h}"
+            if not tokens or not all(_unit_word(t, True, powered=bool(m.group(3)), units=units) for t in tokens):
                 return False
             words += len(tokens)
         else:
@@ -392,7 +428,7 @@ def _only_units(rest: str) -> bool:
                 return rest[pos:].strip() == ""
             spaced = bool(m.group(1)) or rest[pos - 1 : pos] == "/"  # "5 m", "5 km/h"
             word = _WORD_POWER_RE.sub("", m.group(2))
-            if not _unit_word(word, spaced=spaced, powered=bool(m.group("power")) or word != m.group(2)):
+            if not _unit_word(word, spaced=spaced, powered=bool(m.group("power")) or word != m.group(2), units=units):
                 return False
             words += 1
         if words > _MAX_UNIT_WORDS:
@@ -401,7 +437,7 @@ def _only_units(rest: str) -> bool:
     return True
 
 
-def parse_number(answer: str) -> Number | None:
+def parse_number(answer: str, units: Units | None = None) -> Number | None:
     """The number ``answer`` writes out, or None if it is not one.
 
     ``answer`` should be :func:`normalize`\\ d. Accepted: ``12``, ``-3``, ``1,000``, ``0.5``, ``.5``,
@@ -411,7 +447,8 @@ def parse_number(answer: str) -> Number | None:
     ``x = 5``, ``(5)``. Not numbers: ``2+3``, ``2^{10}``, ``\\sqrt{4}``, ``\\binom{8}{4}``, ``5!``,
     ``\\frac{1872}{2}`` (a fraction whose value is a whole number: a division left to do),
     ``9360\\times 10^{-1}``, ``1 2`` (digits split by a space), ``0,936``, ``first 5``, ``5 or 6``,
-    ``5/6?``, ``5 is the answer``, ``5 thousand``, ``5 \\text{ (maybe six)}``.
+    ``5/6?``, ``5 is the answer``, ``5 thousand``, ``5 \\text{ (maybe six)}``. ``units``: what may follow
+    the number (:class:`Units`; None, for golds: any word but :data:`_NOT_UNITS`).
     """
     if not answer or len(answer) > MAX_ANSWER_CHARS:
         return None
@@ -427,7 +464,7 @@ def parse_number(answer: str) -> Number | None:
     inner = re.match(r"\( ?([^()]*?) ?\)", s)  # "(\frac{270}{7})^\circ": a number in parentheses, then units
     core = _CORE_RE.fullmatch(inner.group(1)) if inner else _CORE_RE.match(s)
     end = inner.end() if inner else (core.end() if core else 0)
-    if core is None or not _only_units(s[end:]):
+    if core is None or not _only_units(s[end:], units):
         return None
     return _value(core, -1 if "-" in signs else 1)
 
@@ -486,15 +523,17 @@ REL_TOL = Fraction(1, 10**9)
 MIN_ROUNDED_DECIMALS = 6
 
 
-def numbers_equal(gold: Number, pred: Number) -> bool:
+def numbers_equal(gold: Number, pred: Number, rounded: bool = False) -> bool:
     """Whether ``pred`` is the number ``gold``.
 
     - Exactly equal (as rationals: ``0.5`` = ``\\frac{1}{2}`` = ``2/4``; ``12.0`` = ``12``); or
     - relatively close, when either is written as a decimal: ``|pred − gold| ≤ 1e-9·|gold|`` (so
-      ``4.9999999`` ≠ ``5``; integers and fractions must be exact: ``11111111101`` ≠ ``11111111100``); or
+      ``4.9999999`` ≠ ``5``; integers and fractions must be exact: ``11111111101`` ≠ ``11111111100``); or,
+      with ``rounded`` (the question asks for a decimal or a rounded value),
     - a rounded decimal of a fraction that has no finite decimal expansion: ``pred`` written with at
       least 6 fractional digits and within one unit of its last digit (``0.333333`` and ``0.666667``
-      answer ``\\frac13`` and ``\\frac23``; ``0.33`` does not).
+      answer ``\\frac13`` and ``\\frac23``; ``0.33`` does not). Without ``rounded`` an exact gold needs
+      its exact value.
 
     A percent is compared as the number written before its sign (``25\\%`` = ``25``): it is never
     taken as its hundredth (``0.25`` ≠ ``25\\%``, ``500\\%`` ≠ ``5``).
@@ -506,7 +545,7 @@ def numbers_equal(gold: Number, pred: Number) -> bool:
         return True
     if (gold.decimals or pred.decimals) and abs(p - g) <= REL_TOL * abs(g):
         return True
-    if pred.decimals >= MIN_ROUNDED_DECIMALS and not _terminates(g):
+    if rounded and pred.decimals >= MIN_ROUNDED_DECIMALS and not _terminates(g):
         return abs(p - g) < Fraction(1, 10**pred.decimals)
     return False
 

@@ -128,6 +128,9 @@ def _next_tokens(logits: torch.Tensor, temperature: float, top_p: float, generat
     ``torch.multinomial``: the same distribution, other random numbers), and the nucleus is looked for
     among the ``NUCLEUS_CANDIDATES`` most likely tokens before sorting the whole vocabulary: a tiny
     model's step spends more on sorting 640 logits and on multinomial's set-up than on its matmuls."""
+    if not bool(torch.isfinite(logits).all()):  # diverged weights (an infinite learning rate, say)
+        raise FloatingPointError("the model's logits are NaN or infinite: its weights diverged (look at the "
+                                 "learning rate and max_grad_norm of the run that trained it)")
     if temperature <= 0:
         return logits.argmax(dim=-1)
     probs = (logits / temperature).softmax(dim=-1)  # (rows, vocab)

@@ -16,10 +16,12 @@ Words and their language:
   that script not broken by sentence punctuation, a line break or another script.  Single words
   are too short for any detector; a segment is usually a clause.  The detector is built lazily
   once per language set and cached; texts decided by script never import lingua.
-* **Neutral (not words):** digits, punctuation, math symbols, whitespace, emoji, XML-ish tags
-  (``<think>``), LaTeX commands (``\\frac``), math spans (``$...$``, ``$$...$$``, ``\\(...\\)``,
-  ``\\[...\\]``), code (```` ```...``` ````, ```...```), single Latin letters (math variables like
-  ``x``; this also drops English "a"/"I") and Latin letters glued to digits (``2x``, ``10cm``).
+* **Neutral (not words):** only what carries no language: digits, punctuation, math symbols,
+  whitespace, emoji, the reasoning tags (``<think>``, ``<answer>``), LaTeX commands (``\\frac``,
+  ``\\text``; the text in its braces counts), single Latin letters (math variables like ``x``; this
+  also drops English "a"/"I"), Latin letters glued to digits (``2x``, ``10cm``), and in math spans
+  (``$...$``, ``\\(...\\)``, ``\\[...\\]``) runs of two letters (``ab``, ``dx``). Words inside
+  code, math, backticks and other tags count: marking words up does not hide them.
 
 Example: ``"7+9=16, write 6 carry 1；4+8+1=13，写3进1；答案936"`` has the words write, carry (en)
 and 写, 进, 答, 案 (zh): English fraction 2/6.
@@ -105,15 +107,15 @@ _CLASS_RE = {name: re.compile(f"[{chars}]") for name, chars in _CLASSES.items()}
 _LABEL = {"han": "zh", "kana": "ja", "latin": "en", "cyrillic": "ru", "arabic": "ar", "devanagari": "hi",
           **_SINGLE_SCRIPTS}
 
-# Spans that are never words; replaced by same-length runs of U+2029 (a break) before counting.
-_NEUTRAL = re.compile(
-    r"```.*?(?:```|\Z)|`[^`\n]{1,200}`"  # code
-    r"|\$\$.*?\$\$|\$[^$\n]{1,300}\$|\\\(.*?\\\)|\\\[.*?\\\]"  # math
-    r"|</?[A-Za-z][\w:.-]*(?:\s[^<>]{0,200})?/?>"  # tags
-    r"|\\[A-Za-z]+",  # LaTeX commands
-    re.DOTALL,
-)
-_MAYBE_NEUTRAL = re.compile(r"[`$<\\]")
+# What carries no language, replaced by same-length runs of U+2029 (a break) before counting: the reasoning
+# tags and LaTeX commands (\frac, \text; what \text{…} holds is text and counts). Everything else counts,
+# inside code, math and other tags too: a chain of thought cannot hide words from the reward by marking
+# them up. In math spans ($…$, \(…\), \[…\]) runs of one or two Latin letters are variables (ab, dx),
+# not words (single letters are never words anywhere).
+_NEUTRAL = re.compile(r"</?(?:think|answer)>|\\[A-Za-z]+")
+_MAYBE_NEUTRAL = re.compile(r"[$<\\]")
+_MATH_OPENERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+_SHORT_LATIN = re.compile(f"(?<![{_LATIN}])[{_LATIN}]{{1,2}}(?![{_LATIN}])")
 _ASCII_LETTER = re.compile(r"[A-Za-z]")
 _NON_ASCII = re.compile(r"[^\x00-\x7F]")
 # Between two words, these end a segment (the unit lingua classifies) or a sentence (the unit in
@@ -122,9 +124,37 @@ _BREAK = re.compile(r"[.!?;:\n\u2029\u3002\uFF01\uFF1F\uFF1B\uFF1A\u2026]")
 
 
 def _strip(text: str) -> str:
+    """``text`` with what carries no language blanked (``_NEUTRAL``; short letter runs in math spans).
+    Linear in the text's length, whatever it holds (an unclosed ``\\(`` is searched once)."""
     if not _MAYBE_NEUTRAL.search(text):
         return text
-    return _NEUTRAL.sub(lambda m: "\u2029" * len(m.group()), text)
+    return _NEUTRAL.sub(lambda m: "\u2029" * len(m.group()), _variables_in_math(text))
+
+
+def _variables_in_math(text: str) -> str:
+    """Runs of one or two Latin letters inside math spans blanked. Linear: each kind of opener's next
+    position is searched again only once the scan has passed it, and an opener without a closer ends
+    the search for its kind (no later one has a closer either)."""
+    out, pos = [], 0
+    following = {o: text.find(o) for o, _ in _MATH_OPENERS}  # next position of each opener, -1: none left
+    while True:
+        for o in following:
+            if -1 < following[o] < pos:
+                following[o] = text.find(o, pos)
+        live = [(following[o], -len(o), o, c) for o, c in _MATH_OPENERS if following[o] != -1]
+        if not live:
+            break
+        start, _, opener, closer = min(live)
+        end = text.find(closer, start + len(opener))
+        if end == -1:
+            following[opener] = -1
+            continue
+        inner = text[start + len(opener):end]
+        out += [text[pos:start + len(opener)], _SHORT_LATIN.sub(lambda m: "\u2029" * len(m.group()), inner)]
+        pos = end + len(closer)
+        out.append(closer)
+    out.append(text[pos:])
+    return "".join(out)
 
 
 @lru_cache(maxsize=65536)

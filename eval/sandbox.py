@@ -48,13 +48,20 @@ y``.  Exceptions come back as the nearest builtin exception class in their MRO (
 dies or sends anything else, the test fails whatever it catches.
 
 How the judge resolves names
-    Names the test mentions (its code's ``co_names``, nested code included) that the candidate
-    binds at top level - found statically with ``ast`` in W: def, async def, class, assignment,
-    for/with/except/match targets, walrus, ``global`` - are fetched from C once when the test
-    starts: plain values as copies, everything else as handles.  Names the candidate imports
-    (``import math``, ``from heapq import nsmallest``) are imported by W before any candidate code
-    runs and bound to the real objects, and builtins are never taken from the candidate: a test's
-    ``sorted``, ``len`` or ``math.isclose`` is the real one even if the code rebinds it.
+    A name the test mentions (its code's ``co_names``, nested code included) resolves, in this order,
+    to: what the test binds itself; a builtin (never the candidate's); the test's environment, built
+    by W before any candidate code runs - the benchmark's declared imports (``test_imports``, e.g.
+    MBPP's ``from math import isclose``) and every standard-library module the test names, by its own
+    name, so ``math`` in ``math.isclose(...)`` is the real module even where the test forgot to
+    import it and the candidate defines a ``class math`` or imports ``os as math``; and last the code
+    under test: names the candidate binds at top level other than by import - found statically with
+    ``ast`` in W: def, async def, class, assignment, for/with/except/match targets, walrus,
+    ``global`` - fetched from C once when the test starts (plain values as copies, everything else as
+    handles). What the candidate imports is never bound to a test's name. A name none of these binds
+    is a *test error* (``SandboxResult.test_errors``), a failed test counted apart, never a pass.
+    Residual: a test that uses a bare name its benchmark does not declare (``isclose`` with no
+    ``from math import isclose``) gets the candidate's top-level object of that name, as it gets the
+    function under test; declare such names in ``test_imports``.
 
 Differences from running everything in one interpreter (each makes a test fail, never pass):
   * arguments must be plain data or handles: a test passing a lambda or an instance of its own
@@ -216,6 +223,7 @@ class SandboxResult:
     detail: str = ""  # short human-readable reason
     output: str = ""  # the last few KB of the code's (and the tests') stdout+stderr
     per_test: tuple[bool, ...] = ()
+    test_errors: int = 0  # tests that named something nothing declares (failed, and counted apart)
     isolation: tuple[str, ...] = ()  # layers that were active (see module docstring)
     elapsed_s: float = 0.0
     pid: int | None = None  # launcher pid == process group id
@@ -494,6 +502,7 @@ def run_tests(
     code: str,
     tests: list[str],
     *,
+    test_imports: list[str] = (),
     timeout_s: float = 10.0,
     memory_mb: int = 512,
     cpu_s: int = 10,
@@ -511,15 +520,18 @@ def run_tests(
     ``memory_mb`` the address-space limit per process (and, with ``disk_mb`` + 64 MiB, the memory
     cgroup limit of the whole call), ``max_processes`` the process (and thread) limit of the
     candidate's uid, ``disk_mb`` the size of the writable cwd and the largest file,
-    ``max_output_bytes`` the stdout+stderr beyond which the run is killed.  ``namespaces=False`` /
+    ``max_output_bytes`` the stdout+stderr beyond which the run is killed.  ``test_imports``: the
+    benchmark's import statements for its tests (``import math``, ``from math import isclose``;
+    nothing else).  ``namespaces=False`` /
     ``audit_hook=False`` switch a layer off; they exist so that tests can show each remaining
     layer holding on its own.  Safe to call from several threads at once.  Never raises for
     anything the code does.
     """
     tests = list(tests)
+    _check_test_imports(test_imports)
     start = time.monotonic()
     try:
-        return _run(code, tests, start, timeout_s=timeout_s, memory_mb=memory_mb, cpu_s=cpu_s,
+        return _run(code, tests, start, test_imports=list(test_imports), timeout_s=timeout_s, memory_mb=memory_mb, cpu_s=cpu_s,
                     max_output_bytes=max_output_bytes, max_processes=max_processes, disk_mb=disk_mb,
                     site_packages=site_packages, namespaces=namespaces, audit_hook=audit_hook)
     except Exception as exc:  # a bug or resource exhaustion in the sandbox itself
@@ -527,6 +539,19 @@ def run_tests(
         _count_error(detail)
         return SandboxResult(0, len(tests), 0.0, "sandbox_error", detail=detail[:500],
                              per_test=(False,) * len(tests), elapsed_s=time.monotonic() - start)
+
+
+def _check_test_imports(statements) -> None:
+    """A benchmark's ``test_imports`` are absolute import statements, nothing else (ValueError)."""
+    import ast
+
+    for source in statements:
+        try:
+            body = ast.parse(source).body
+        except SyntaxError as exc:
+            raise ValueError(f"test_imports: {source[:80]!r} is not Python ({exc.msg})") from None
+        if not all(isinstance(n, (ast.Import, ast.ImportFrom)) and not getattr(n, "level", 0) for n in body):
+            raise ValueError(f"test_imports: {source[:80]!r} is not only absolute import statements")
 
 
 def code_reward_fraction(code: str, tests: list[str], **kwargs) -> float:
@@ -552,6 +577,7 @@ class _Collector:
         self.setup_error = ""
         self.notes: list[str] = []
         self.memory_error = False
+        self.test_errors = 0
         self.exits: list[int] = []  # how candidates ended by themselves (negative: a signal)
         self.child_pid: int | None = None  # the namespace's pid 1 ("init") or W ("worker")
         self.child_kind = ""
@@ -608,11 +634,12 @@ class _Collector:
             if 0 <= index < len(self.results) and self.results[index] is None:
                 self.results[index] = ok
                 self.memory_error |= len(fields) > 2 and fields[2] == "MemoryError"
+                self.test_errors += len(fields) > 2 and fields[2] == "TestError"
         elif kind == "done" and self.ready:
             self.done = True
 
 
-def _run(code: str, tests: list[str], start: float, *, timeout_s: float, memory_mb: int, cpu_s: int,
+def _run(code: str, tests: list[str], start: float, *, test_imports: list[str], timeout_s: float, memory_mb: int, cpu_s: int,
          max_output_bytes: int, max_processes: int, disk_mb: int, site_packages: bool,
          namespaces: bool, audit_hook: bool) -> SandboxResult:
     import selectors
@@ -636,7 +663,7 @@ def _run(code: str, tests: list[str], start: float, *, timeout_s: float, memory_
         if is_root and _USE_MEMCG:
             group = _memcg.create((int(memory_mb) + int(disk_mb) + _MEMCG_SLACK_MB) << 20)
         job = {
-            "token": collector.token.decode(), "code": code, "n_tests": len(tests),
+            "token": collector.token.decode(), "code": code, "n_tests": len(tests), "test_imports": test_imports,
             "uid": uids[0] if uids else None, "judge_uid": uids[1] if uids else None,
             "root": uids is not None, "unique_uids": uids is not None and uids[0] >= _UID_BASE,
             "parent_pid": os.getpid(), "namespaces": namespaces, "audit_hook": audit_hook,
@@ -856,6 +883,6 @@ def _result(c: _Collector, tests: list[str], start: float, proc: subprocess.Pope
         detail = (detail + "; " if detail else "") + "; ".join(c.notes)
     return SandboxResult(
         passed=passed, total=total, fraction=passed / total if total else 0.0, status=status,
-        detail=detail[:500], output=output, per_test=per_test, isolation=c.layers,
+        detail=detail[:500], output=output, per_test=per_test, test_errors=c.test_errors, isolation=c.layers,
         elapsed_s=time.monotonic() - start, pid=proc.pid, uid=c.uid,
     )

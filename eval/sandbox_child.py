@@ -357,10 +357,49 @@ def _top_level_bindings(tree) -> tuple[set[str], dict[str, tuple[str, str | None
     return defined - imports.keys(), imports, modules, star
 
 
+def _test_environment(job: dict) -> dict:
+    """What the tests' names resolve to besides their own statements and builtins, built in W (which
+    runs no candidate code), so that no binding of the candidate's can stand in for it: the
+    benchmark's declared imports (``test_imports``: import statements only, e.g. MBPP's), then every
+    standard-library module a test names, by its own name (``math`` in ``math.isclose(...)`` is the
+    real module even where the test forgot to import it and the candidate defines a ``math``)."""
+    import _ast
+
+    env: dict = {}
+    for source in job.get("test_imports") or ():  # import statements only (checked by the caller)
+        tree = compile(source, "<test_imports>", "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
+        if all(type(node) in (_ast.Import, _ast.ImportFrom) for node in tree.body):
+            try:
+                exec(compile(tree, "<test_imports>", "exec", dont_inherit=True), env)
+            except BaseException:
+                pass  # a name it should have bound is then a test error
+    env.pop("__builtins__", None)
+    tests = marshal_tests()
+    wanted: set[str] = set()
+    for source in tests:
+        try:
+            wanted |= _global_names(compile(source, "<test>", "exec", dont_inherit=True))
+        except BaseException:
+            pass  # its judge reports the syntax error
+    for name in sorted(wanted & sys.stdlib_module_names - env.keys() - _NO_PREIMPORT):
+        try:
+            __import__(name)
+            env[name] = sys.modules[name]
+        except BaseException:
+            pass
+    return env
+
+
+def marshal_tests() -> list[str]:
+    import marshal
+
+    return marshal.loads(os.pread(_TESTS_FD, os.fstat(_TESTS_FD).st_size, 0))
+
+
 def _import_for_judge(imports: dict, modules: set[str], star: list[str]) -> tuple[dict, dict]:
     """Import, in W and before any candidate code runs, what the code imports at top level, so
-    that the judge binds real modules (never the candidate's objects) to those names, and every
-    C and O inherits them already loaded.  Returns (name -> object, star-imported names)."""
+    that every C and O inherits them already loaded (the judge never binds them to a test's names:
+    :func:`_test_environment`). Returns (name -> object, star-imported names)."""
     def load(module: str):
         if module.partition(".")[0] in _NO_PREIMPORT:
             raise ImportError(module)
@@ -826,9 +865,8 @@ def _judge(job: dict, emit: _Emitter, index: int | None, bindings: tuple, reques
     """O: read C's import report, then run test ``index`` (None: only the import) with the
     candidate's names bound to what C hands over, and report the verdict on fd 3."""
     import builtins
-    import marshal
 
-    defined, resolved, starred = bindings
+    defined, test_globals = bindings
     channel = _Channel(requests, replies)
 
     def finish(*record: object) -> None:
@@ -851,14 +889,15 @@ def _judge(job: dict, emit: _Emitter, index: int | None, bindings: tuple, reques
         finish(*(() if index is None else ("test", index, 0, "crash", exc)))
     if index is None:
         finish()
-    tests = marshal.loads(os.pread(_TESTS_FD, os.fstat(_TESTS_FD).st_size, 0))
+    tests = marshal_tests()
     namespace = _module_namespace("__test__")
     try:
         compiled = compile(tests[index], f"<test {index}>", "exec", dont_inherit=True)
         wanted = _global_names(compiled)
-        namespace.update({n: v for n, v in starred.items() if n in wanted})
-        namespace.update({n: v for n, v in resolved.items() if n in wanted})
-        remote = sorted(n for n in wanted if n in defined and not hasattr(builtins, n))
+        # the test's environment first (its declared imports, the standard library's modules by name):
+        # nothing the candidate binds can stand in for it; then the code under test, from C
+        namespace.update({n: v for n, v in test_globals.items() if n in wanted})
+        remote = sorted(n for n in wanted if n in defined and n not in test_globals and not hasattr(builtins, n))
         if remote:
             values = channel.ask("get", remote)
             if type(values) is not dict:
@@ -868,6 +907,12 @@ def _judge(job: dict, emit: _Emitter, index: int | None, bindings: tuple, reques
         if channel.broken is not None:  # swallowed by a bare except in the test
             raise channel.broken
         record = ("test", index, 1, "-", "-")
+    except NameError as exc:
+        name = getattr(exc, "name", None)
+        undeclared = name in wanted and name not in defined and name not in test_globals and not hasattr(builtins, name)
+        record = ("test", index, 0, "TestError" if undeclared else "NameError",
+                  f"the test needs {name!r}, which neither it, its declared imports nor the code under test "
+                  "defines" if undeclared else _message(exc))
     except BaseException as exc:
         record = ("test", index, 0, type(exc).__name__, _message(exc))
     finish(*record)
@@ -983,6 +1028,29 @@ def _sweep(job: dict, pidns: bool, groups: tuple[int, ...]) -> None:
     _reap_available()
 
 
+def _empty(folder: str) -> None:
+    """Remove everything in ``folder`` (W, between tests, once the last test's processes are gone):
+    its folders are opened up first, top down, where the candidate took the permissions away."""
+    for root, dirs, _ in os.walk(folder):
+        for name in dirs:
+            try:
+                os.chmod(os.path.join(root, name), 0o700, follow_symlinks=False)
+            except OSError:
+                pass
+    for root, dirs, files in os.walk(folder, topdown=False):
+        for name in files:
+            try:
+                os.unlink(os.path.join(root, name))
+            except OSError:
+                pass
+        for name in dirs:
+            path = os.path.join(root, name)
+            try:
+                os.unlink(path) if os.path.islink(path) else os.rmdir(path)
+            except OSError:
+                pass
+
+
 def _run_pair(job: dict, emit: _Emitter, index: int | None, bindings: tuple, pidns: bool) -> None:
     """Fork C and O for one test, wait for O's verdict, then clear the namespace."""
     requests_r, requests_w = os.pipe()
@@ -1045,14 +1113,15 @@ def _worker(job: dict, emit: _Emitter, layers: list[str], pidns: bool) -> None:
         os._exit(0)
     defined, imports, modules, star = _top_level_bindings(tree)
     del tree
-    resolved, starred = _import_for_judge(imports, modules, star)
-    defined |= imports.keys() - resolved.keys()
+    _import_for_judge(imports, modules, star)  # loaded once here, for every C
+    test_globals = _test_environment(job)
     import gc
     import resource  # noqa: F401  (for _set_rlimits in every fork)
 
     gc.freeze()  # the forks' collections then skip W's objects instead of copying their pages
     for index in range(job["n_tests"]) or [None]:
-        _run_pair(job, emit, index, (frozenset(defined), resolved, starred), pidns)
+        _empty(job["cwd"])  # each test starts in an empty working folder: nothing an earlier one wrote
+        _run_pair(job, emit, index, (frozenset(defined), test_globals), pidns)
     emit("done")
     os._exit(0)
 

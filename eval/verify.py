@@ -47,8 +47,10 @@ long unparseable, without further parsing. Then, in this order:
    fraction of integers, mixed number, repeating decimal, percent, scientific notation; with sign,
    thousands separators, currency, units, degrees or an ``x =`` label:
    :func:`eval.answers.parse_number`), the answer must itself be a number written out, and equal to
-   it (:func:`eval.answers.numbers_equal`: exact, or within a relative 1e-9 for decimals, or a
-   rounded decimal of ≥ 6 places of a gold fraction that has no finite decimal). Anything with
+   it (:func:`eval.answers.numbers_equal`: exact, or within a relative 1e-9 for decimals; a rounded
+   decimal of ≥ 6 places of a gold fraction that has no finite decimal only where the question asks
+   for a decimal or a rounded value: "as a decimal", "to the nearest…", "round", "approximately",
+   "significant figures", "精确到", "保留"… (``_ASKS_DECIMAL_RE``). Anything with
    arithmetic left to do is wrong even when it evaluates to the gold: ``347 + 589``, ``2^{10}``,
    ``\\binom{8}{4}``, ``\\log_2 8``, ``\\sqrt{4}``, ``5!``, ``\\frac{1872}{2}``. So are prose around
    the number (``first 5``, ``It could be 6. The answer is 5``; unit words and ``\\text{}`` labels
@@ -63,8 +65,11 @@ long unparseable, without further parsing. Then, in this order:
    number written out (or ±∞, or ``\\pm`` a number; an interval may be answered by a relation
    ``2 \\le x < 5``), and a bare list is no interval (``(-3, 3)`` ≠ ``3, -3``); then math-verify
    decides, as in 6.
-6. **Symbolic golds** (``2\\sqrt{2}``, ``(x+1)^2``, intervals, sets, matrices, equations) keep
-   symbolic equivalence: math-verify 0.9 (``verify(parse(gold), parse(pred))``, gold first,
+6. **Symbolic golds** (``2\\sqrt{2}``, ``(x+1)^2``, intervals, sets, matrices, equations) need an
+   exact answer unless the question asks for a decimal (as in 3) or the gold itself has one: a
+   decimal of 4 or more places is a rounding (``2.828427`` for ``2\\sqrt{2}``, ``6.283185`` for
+   ``2\\pi``, ``(1.414214, 2)``: wrong, whatever math-verify's 6-place comparison says; it already
+   refuses a fraction such as ``\\frac{2828427}{1000000}``). Then they keep symbolic equivalence: math-verify 0.9 (``verify(parse(gold), parse(pred))``, gold first,
    ``allow_set_relation_comp=True``) in a worker process. Wrong before that: an answer with prose
    (a run of ≥ 3 Latin letters outside LaTeX commands and ``\\text{}``, or CJK/Cyrillic/Indic/Thai
    script, once up to three trailing unit words are dropped); an equation for a gold that is none
@@ -91,6 +96,7 @@ from eval.answers import (
     LABEL,
     MAX_ANSWER_CHARS,
     Number,
+    Units,
     as_text,
     extract,
     extract_answer,
@@ -208,6 +214,8 @@ class _Question:
     canon: str
     spans: tuple[tuple[str, ...], ...]
     values: frozenset
+    asks_decimal: bool = False  # the question asks for a decimal or a rounded value (see _ASKS_DECIMAL_RE)
+    units: Units = Units()  # what may follow a number in an answer to it
 
 
 _ASY_RE = re.compile(r"\[asy\].*?\[/asy\]", re.S)
@@ -234,7 +242,23 @@ def _question(problem: str) -> _Question:
         number = parse_number(m.group(0))
         if number is not None and number.value is not None:
             values.add(number.value)
-    return _Question(_canon(text), tuple(tuple(sorted(_tokens(span))) for span in spans), frozenset(values))
+    raw = problem[: 20 * MAX_ANSWER_CHARS]
+    words = frozenset(w.lower() for w in _QUESTION_WORD_RE.findall(raw))
+    return _Question(_canon(text), tuple(tuple(sorted(_tokens(span))) for span in spans), frozenset(values),
+                     bool(_ASKS_DECIMAL_RE.search(raw)), Units(words, raw))
+
+
+# the question's words: runs of anything but spaces, digits and punctuation (Bengali's vowel signs included)
+_QUESTION_WORD_RE = re.compile(r"[^\s0-9!-/:-@\[-`{-~，。？！：；、（）“”‘’《》]{2,}")
+
+
+# A question that asks for a decimal or a rounded value: "as a decimal", "to the nearest tenth", "round
+# your answer", "approximately how many", "three significant figures", "精确到", "保留两位小数".
+_ASKS_DECIMAL_RE = re.compile(
+    r"\b(?:decimals?|nearest|round(?:ed|ing)?|approximat\w*|estimat\w*|significant\s+(?:figures?|digits?)"
+    r"|tenths?|hundredths?|thousandths?|places)\b|精确到|保留|小数|约", re.IGNORECASE)
+_DECIMAL_RE = re.compile(r"\d*\.\d+")  # a decimal written out: 2.83, .5
+_ROUNDED_RE = re.compile(r"\d*\.\d{4,}")  # one with 4 or more places (1.5, 0.125 are exact writings)
 
 
 def _echoes(pred: str, question: _Question | None) -> bool:
@@ -305,10 +329,13 @@ def _decide(pred: str, gold: str, multi: bool, question: _Question | None = None
         return "correct"
     gold_num = None if multi else parse_number(gold)
     if gold_num is not None:
-        pred_num = parse_number(pred)
+        # after the number, units and the question's own things only: other words are prose ("5 nope")
+        pred_num = parse_number(pred, units=question.units if question is not None else Units())
         if pred_num is None or _number_echo(pred_num, gold_num, question) or unit_conflict(gold, pred):
             return "wrong"
-        return "correct" if numbers_equal(gold_num, pred_num) else "wrong"
+        # a rounded decimal of a gold with no finite decimal only where the question asks for one
+        return "correct" if numbers_equal(gold_num, pred_num, rounded=question is not None and question.asks_decimal) \
+            else "wrong"
     base = _base_number(pred, gold)
     if base is not None:
         return base
@@ -321,6 +348,11 @@ def _decide(pred: str, gold: str, multi: bool, question: _Question | None = None
         return "correct" if pred_text == gold_text else "wrong"
     if _echoes(pred, question):
         return "wrong"
+    if not (question is not None and question.asks_decimal) and not _DECIMAL_RE.search(gold):
+        # an exact gold needs an exact answer: no rounding (2.828427 for 2\sqrt{2}, 6.283185 for 2\pi,
+        # (1.414214, 2) for (\sqrt{2}, 2)); math-verify compares to 6 places and would accept them
+        if _ROUNDED_RE.search(pred):
+            return "wrong"
     if number_atoms(gold) is not None:
         if not _atoms_written_out(pred):
             return "wrong"

@@ -57,8 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--backend", choices=["transformers", "vllm"])
     ev.add_argument("--template", choices=["r1_zero", "chat"],
                     help="prompt format (default: chat for models of stage 2 and later, else eval.prompt_template)")
-    ev.add_argument("--think-budget", type=int, help="budget forcing: stop thinking after N tokens (eval/budget.py)")
-    ev.add_argument("--min-think", type=int, default=0, help="budget forcing: extend shorter thinking with 'Wait'")
+    ev.add_argument("--think-budget", type=positive_int, help="budget forcing: stop thinking after N tokens (eval/budget.py)")
+    ev.add_argument("--min-think", type=non_negative_int, default=0,
+                    help="budget forcing: extend shorter thinking with 'Wait'")
     ev.add_argument("--recipe", default="tiny")
     ev.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
 
@@ -91,6 +92,13 @@ def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
 
 
@@ -168,8 +176,8 @@ def cmd_status(args) -> int:
         bad = m.verify_checkpoint() if m.status == "complete" else []
         metrics = m.data.get("metrics", {})
         probe = metrics.get("probe") or metrics.get("eval_after") or {}
-        extra = f" pass@1={probe['pass@1']:.3f}" if "pass@1" in probe else ""
-        wall = f" {metrics['wall_seconds']:.0f}s" if "wall_seconds" in metrics else ""
+        extra = f" pass@1={probe['pass@1']:.3f}" if probe.get("pass@1") is not None else ""
+        wall = f" {metrics['wall_seconds']:.0f}s" if metrics.get("wall_seconds") is not None else ""
         resumes = f" resumed×{len(m.data.get('resumes', []))}" if m.data.get("resumes") else ""
         state = m.status + (" (CHECKPOINT CHANGED)" if bad else "") + running
         print(f"  {stage:8s} {state:9s}{wall}{extra}{resumes}  {m.checkpoint or m.data['output'].get('model_ref') or ''}")

@@ -50,6 +50,43 @@ def template_for(ref: str, default: str) -> str:
     return default
 
 
+MODEL_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+
+
+def check_model(ref: str) -> None:
+    """Refuse, before anything loads, a ``--model`` that is a file, or a hub id while the hub cannot be
+    reached (huggingface_hub would retry for most of a minute, then raise): named, with what to give."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    path = Path(ref)
+    if path.is_file():
+        raise ValueError(f"--model {ref}: a file, not a model folder (give the folder with config.json)")
+    if path.exists() or ref.startswith((".", "/", "~")):
+        return
+    offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+    if not offline:
+        host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+        try:
+            socket.create_connection((host, 443), timeout=3).close()
+            return
+        except OSError:
+            pass
+    raise ValueError(f"--model {ref}: no such local folder, and the hub is "
+                     f"{'off (HF_HUB_OFFLINE=1)' if offline else 'unreachable from here'}: give a checkpoint folder")
+
+
+def check_out(out: Path) -> None:
+    """Refuse an ``--out`` that is a file or a model's folder (results written into a checkpoint would change
+    what its manifest hashed), before any sampling."""
+    if out.is_file():
+        raise ValueError(f"--out {out}: a file; give a folder for results.json and samples.jsonl")
+    if out.is_dir() and any((out / f).exists() for f in MODEL_FILES):
+        raise ValueError(f"--out {out}: a model's folder (it holds {next(f for f in MODEL_FILES if (out / f).exists())}); "
+                         "writing results into a checkpoint would change it: give another folder")
+
+
 def benchmark_rows(name: str, recipe, limit: int | None, data_dir: str | None, split: str = "test") -> list[dict]:
     if name == "task":  # the recipe's held-out split: test for reported figures, val for choosing settings
         rows = load_rows(recipe.data.val if split == "val" else recipe.data.test, recipe)[0]
@@ -68,12 +105,16 @@ def run_eval(args) -> int:
     if args.backend:
         cfg.backend = args.backend
     ref = args.model or latest_model(recipe)
+    check_model(ref)
     cfg.prompt_template = args.template or template_for(ref, cfg.prompt_template)
     local = Path(ref).is_dir()
     folder = f"eval_budget{args.think_budget}" if args.think_budget else "eval"
     out = Path(args.out) if args.out else (
         Path(ref) / folder if local else recipe.stage_dir("eval") / re.sub(r"[^A-Za-z0-9_.-]+", "_", ref))
+    check_out(out)
     benches = [b.strip() for b in args.bench.split(",") if b.strip()]
+    if not benches:
+        raise ValueError("--bench names no benchmark: give e.g. task or task,gsm8k")
     data_dir = args.benchmarks_dir or recipe.data.benchmarks_dir
     split = getattr(args, "split", "test")
     rows_by_bench = {("task_val" if b == "task" and split == "val" else b):

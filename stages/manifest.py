@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import socket
 import subprocess
 from dataclasses import dataclass
@@ -172,14 +173,18 @@ class Manifest:
         for key in ("schema_version", "stage", "status"):
             if key not in data:
                 raise ManifestError(f"{path}: manifest has no {key!r} field; re-run that stage")
-        if data["schema_version"] != SCHEMA_VERSION:
-            raise ManifestError(f"{path}: schema_version {data['schema_version']} is not {SCHEMA_VERSION}")
+        if type(data["schema_version"]) is not int or data["schema_version"] != SCHEMA_VERSION:
+            raise ManifestError(f"{path}: schema_version {data['schema_version']!r} is not {SCHEMA_VERSION}")
         if data["status"] not in STATUSES:
             raise ManifestError(f"{path}: unknown status {data['status']!r}")
         problem = schema_problem(data)
         if problem:
             raise ManifestError(f"{path}: {problem}; re-run that stage (--restart)")
-        return cls(path, data)
+        m = cls(path, data)
+        if m.checkpoint is not None and not m.inside_run_folder(m.checkpoint) and m.stage != "base":
+            raise ManifestError(f"{path}: field 'output.checkpoint' ({data['output']['checkpoint']}) lies outside the "
+                                "run folder: not followed; re-run that stage (--restart)")
+        return m
 
     # -- accessors ----------------------------------------------------------------------------
 
@@ -204,6 +209,11 @@ class Manifest:
         return None if not parent else self.resolve(parent["path"])
 
     # -- paths --------------------------------------------------------------------------------
+
+    def inside_run_folder(self, path: str | Path) -> bool:
+        """Whether ``path`` lies in this manifest's run folder (``<run>/<stage>/manifest.json``)."""
+        run = Path(self.path).resolve().parent.parent
+        return run == Path(path).resolve() or run in Path(path).resolve().parents
 
     def resolve(self, recorded: str | Path) -> Path:
         """A recorded path as one to open: relative ones are relative to this manifest's folder."""
@@ -280,9 +290,10 @@ class Manifest:
                 problems.append(f"{rel} (missing)")
             elif sha256_file(f) != digest:
                 problems.append(f"{rel} (changed)")
-        # files added later, except what `r1 eval --model <checkpoint>` writes under eval/ (not loaded as the model)
-        unrecorded = sorted(n for n in set(hash_checkpoint_names(Path(ckpt))) - set(recorded)
-                            if not n.startswith(f"{EVAL_OUTPUTS}/"))
+        # files added later, except what `r1 eval --model <checkpoint>` writes under eval/ (not loaded as the
+        # model); looked for only inside the run folder (a registered base elsewhere: its recorded files only)
+        listed = hash_checkpoint_names(Path(ckpt)) if self.inside_run_folder(ckpt) else recorded
+        unrecorded = sorted(n for n in set(listed) - set(recorded) if not n.startswith(f"{EVAL_OUTPUTS}/"))
         return problems + [f"{rel} (not recorded in the manifest)" for rel in unrecorded]
 
 
@@ -311,6 +322,26 @@ def schema_problem(data: dict) -> str | None:
         return f"field 'parent' must be a mapping or null, got {kind(data.get('parent'))}"
     if not isinstance(data.get("resumes", []), list):
         return f"field 'resumes' must be a list, got {kind(data.get('resumes'))}"
+    return _metric_problem(data["metrics"], "metrics")
+
+
+# Metrics every reader formats as numbers (r1 status, the report): a value under one of these keys is a
+# number or null, never a string or a bool
+_NUMERIC_METRIC = re.compile(r"^(?:(?:pass|cons)@\d+|wall_seconds|seconds|k|problems|samples|steps|peak_rss_mb"
+                             r"|mean_length_tokens|.*_rate|accuracy.*|temperature|top_p)$")
+
+
+def _metric_problem(value, where: str) -> str | None:
+    """The first metric, depth first, whose value is not a number where readers need one (None: none)."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            at = f"{where}.{key}"
+            if _NUMERIC_METRIC.match(str(key)) and not (inner is None or (isinstance(inner, int | float)
+                                                                          and not isinstance(inner, bool))):
+                return f"field {at!r} must be a number, got {type(inner).__name__} {inner!r:.40}"
+            problem = _metric_problem(inner, at) if isinstance(inner, dict) else None
+            if problem:
+                return problem
     return None
 
 

@@ -212,6 +212,7 @@ def trainer_memory(recipe, stage: str, kind: str, name: str, cfg, model: Model) 
                             reference=kind == "rl" and cfg.setting("beta") > 0, logits=logits, vllm=vllm,
                             reward_models=rms)
     mem.activations, mem.buffers = acts, sharding_buffers(model, launch.accelerate_config)
+    mem.context = 0.0 if recipe.device == "cpu" else mem.context
     mem.unknown = unknown
     return mem
 

@@ -331,8 +331,16 @@ def trl_default(config: str, name: str) -> Any:
 
 
 # The ranges of TRL's numeric settings that TRL itself does not check, or checks only deep in a run:
-# (lowest, highest, whether the lowest is allowed); null is refused where TRL's default is a number.
+# (lowest, highest, whether the lowest is allowed); null is refused where TRL's default is a number. Every
+# number is finite besides (no NaN, no inf: trl_value_problem), and a string field takes only the values
+# TRL names for it (its enum, its choices, or the values its help lists: trl_choices).
 TRL_RANGES: dict[str, tuple[float, float, bool]] = {
+    "adam_beta1": (0.0, 0.999999, True),
+    "adam_beta2": (0.0, 0.999999, True),
+    "adam_epsilon": (0.0, math.inf, False),
+    "top_k": (0.0, math.inf, True),
+    "repetition_penalty": (0.0, math.inf, False),
+    "min_p": (0.0, 1.0, True),
     "learning_rate": (0.0, math.inf, False),
     "beta": (0.0, math.inf, True),
     "epsilon": (0.0, math.inf, False),
@@ -352,7 +360,7 @@ TRL_RANGES: dict[str, tuple[float, float, bool]] = {
     "vllm_tensor_parallel_size": (1.0, math.inf, True),
     "center_rewards_coefficient": (0.0, math.inf, True),
 }
-NULLABLE_TRL = {"save_total_limit", "top_p", "center_rewards_coefficient", "delta"}  # (epsilon_high: omit it for TRL's default)
+NULLABLE_TRL = {"save_total_limit", "top_p", "center_rewards_coefficient", "delta", "min_p"}  # (epsilon_high: omit it for TRL's default)
 
 
 def trl_problem(config: str, key: str) -> str | None:
@@ -366,8 +374,36 @@ def trl_problem(config: str, key: str) -> str | None:
     return None
 
 
-def trl_value_problem(key: str, value: Any) -> str | None:
-    """Why ``value`` is outside the range of TRL setting ``key`` (:data:`TRL_RANGES`; None: inside)."""
+@functools.cache
+def trl_choices(config: str, name: str) -> tuple[str, ...] | None:
+    """The values TRL allows for string field ``name`` of ``config``, from TRL itself: the enum of its type
+    (``lr_scheduler_type``: ``SchedulerType``; ``optim``: ``OptimizerNames``), its ``choices``, or the
+    quoted values its help names (``loss_type``: 'grpo', 'dr_grpo', …; ``vllm_mode``; ``scale_rewards``),
+    taken as the domain only when TRL's own default is among them; None where TRL names none (any string)."""
+    import enum
+    import re
+
+    import trl
+
+    f = {f.name: f for f in dataclasses.fields(getattr(trl, config))}[name]
+    for member in typing.get_args(trl_fields(config)[name]) or (trl_fields(config)[name],):
+        if isinstance(member, type) and issubclass(member, enum.Enum):
+            return tuple(str(m.value) for m in member)
+    if f.metadata.get("choices"):
+        return tuple(str(c) for c in f.metadata["choices"])
+    values = tuple(dict.fromkeys(re.findall(r"[`']([A-Za-z_][\w-]*)'", f.metadata.get("help", ""))))
+    return values if isinstance(f.default, str) and f.default in values else None
+
+
+def trl_value_problem(key: str, value: Any, config: str | None = None) -> str | None:
+    """Why ``value`` is outside the domain of TRL setting ``key`` of ``config`` (None: inside): a number
+    that is not finite, outside :data:`TRL_RANGES`, or a string TRL does not name (:func:`trl_choices`)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {value}"
+    if config is not None and isinstance(value, str) and key in trl_fields(config):
+        choices = trl_choices(config, key)
+        if choices is not None and value not in choices:
+            return f"must be one of {', '.join(choices)}; got {value!r}"
     if key in TRL_RANGES:
         low, high, low_ok = TRL_RANGES[key]
         if value is None:
@@ -411,11 +447,13 @@ class TrainerSection:
     trl: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
+        if self.seed is not None and not 0 <= self.seed < 2**32:
+            raise ValueError(f"seed: {self.seed} must be in [0, 2**32), or null for the recipe's")
         if self.eval_every < 0 or self.eval_problems < 1:
             raise ValueError(f"eval_every must be >= 0 and eval_problems >= 1, got {self.eval_every}, "
                              f"{self.eval_problems}")
         problems = [f"trl.{k}: {p}" for k, v in self.trl.items()
-                    if (p := trl_problem(self.TRL_CONFIG, k) or trl_value_problem(k, v))]
+                    if (p := trl_problem(self.TRL_CONFIG, k) or trl_value_problem(k, v, self.TRL_CONFIG))]
         if problems:
             raise RecipeError("; ".join(problems))
 
@@ -538,9 +576,11 @@ class RLConfig(TrainerSection):
             problems.append(f"trl.epsilon_high ({self.trl['epsilon_high']}) must be >= epsilon ({self.setting('epsilon')})")
         if not self.rewards:
             problems.append("rewards is empty")
-        negative = {k: w for k, w in self.rewards.items() if isinstance(w, bool) or not isinstance(w, int | float) or w < 0}
-        if negative:
-            problems.append(f"reward weights must be numbers >= 0, got {negative}")
+        bad = {k: w for k, w in self.rewards.items()
+               if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w <= 0}
+        if bad:
+            problems.append(f"reward weights must be finite numbers > 0 (remove a reward rather than weigh it 0), "
+                            f"got {bad}")
         unknown = sorted(set(self.rewards) - set(REWARD_NAMES))
         if unknown:
             problems.append(f"unknown reward {unknown[0]!r} (known: {', '.join(REWARD_NAMES)})")
@@ -991,6 +1031,8 @@ class Recipe:
                              "it names the run folder <run_root>/<name>")
         if any(n < 1 for n in self.threads.values()):
             raise ValueError(f"threads: {self.threads}: every count must be at least 1")
+        if not 0 <= self.seed < 2**32:
+            raise ValueError(f"seed: {self.seed} must be in [0, 2**32) (torch, numpy and TRL take it)")
 
     def stage_dir(self, stage: str) -> Path:
         root = Path(self.run_root)

@@ -53,7 +53,7 @@ from eval.verify import gold_is_parseable, grade_batch
 log = logging.getLogger("r1")
 
 # Counts over the life of the process: graded_math, graded_code, gold_unparseable, grade_timeout,
-# grade_error, sandbox_error, code_no_tests. Read them in tests and in the stage summary.
+# grade_error, sandbox_error, code_no_tests, code_test_error. Read them in tests and in the stage summary.
 STATS: collections.Counter[str] = collections.Counter()
 _stats_lock = threading.Lock()
 _warned: set[str] = set()
@@ -103,16 +103,16 @@ def summary_format_reward(completions: Sequence, **kwargs) -> list[float]:
 # Accuracy
 # ---------------------------------------------------------------------------------------------
 
-_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.S)
 _FENCE_RE = re.compile(r"```[ \t]*(?:python|py|Python)?[ \t]*\n(.*?)(?:```|\Z)", re.S)
 
 
 def extract_code(completion: str) -> str:
     """The program in a response: the answer region (last <answer> block, else the text after the
     last </think>, else everything), and in it the last fenced code block if there is one."""
-    blocks = _ANSWER_RE.findall(completion)
-    if blocks:
-        region = blocks[-1]
+    close = completion.rfind("</answer>")
+    open_ = completion.rfind("<answer>", 0, close) if close >= 0 else -1
+    if open_ >= 0:  # the last complete block (found from the end: linear, unlike a lazy regex per "<answer>")
+        region = completion[open_ + len("<answer>"):close]
     else:
         end = completion.rfind("</think>")
         region = completion[end + len("</think>"):] if end >= 0 else completion
@@ -155,7 +155,7 @@ def _math_rewards(texts: list[str], golds: list[str], problems: list[str | None]
     return out
 
 
-def _code_rewards(texts: list[str], tests: list) -> list[float | None]:
+def _code_rewards(texts: list[str], tests: list, test_imports: list) -> list[float | None]:
     from eval.sandbox import run_tests  # imported lazily: math-only runs never load the sandbox
 
     def one(i: int) -> float | None:
@@ -163,11 +163,13 @@ def _code_rewards(texts: list[str], tests: list) -> list[float | None]:
         if not cases:
             _count("code_no_tests")
             return None
-        result = run_tests(extract_code(texts[i]), cases)
+        result = run_tests(extract_code(texts[i]), cases, test_imports=_tests_of(test_imports[i]))
         if result.status == "sandbox_error":
             _count("sandbox_error")
             log.warning("accuracy reward: sandbox error (%s); the completion scores None", result.detail[:200])
             return None
+        if result.test_errors:  # a test that needs a name nobody declared: the benchmark's fault
+            _count("code_test_error", result.test_errors)
         return result.fraction
 
     _count("graded_code", len(texts))
@@ -182,8 +184,9 @@ def accuracy_reward(completions: Sequence, answer: Sequence[str] | None = None, 
 
     math: 1.0/0.0 against ``answer``; None when that gold cannot be parsed. The row's ``problem``
     column, when there is one, is the question for the grader's echo rule.
-    code: fraction of ``tests`` passed by the code in the answer region; None on a sandbox error
-    or when the row has no tests.
+    code: fraction of ``tests`` passed by the code in the answer region (the row's ``test_imports``,
+    when it has them, are the tests' declared imports); None on a sandbox error or when the row has
+    no tests.
     """
     n = len(completions)
     texts = [completion_text(c) for c in completions]
@@ -198,7 +201,7 @@ def accuracy_reward(completions: Sequence, answer: Sequence[str] | None = None, 
         raise ValueError(f"accuracy reward: unknown verifier {unknown[0]!r} (known: math, code)")
     math_idx = [i for i in range(n) if verifiers[i] == "math"]
     code_idx = [i for i in range(n) if verifiers[i] == "code"]
-    before = {k: STATS[k] for k in ("gold_unparseable", "sandbox_error")}
+    before = {k: STATS[k] for k in ("gold_unparseable", "sandbox_error", "code_test_error")}
     if math_idx:
         if any(answers[i] is None for i in math_idx):
             raise ValueError("accuracy reward: a math row has no 'answer' column")
@@ -207,8 +210,9 @@ def accuracy_reward(completions: Sequence, answer: Sequence[str] | None = None, 
         for i, r in zip(math_idx, rewards, strict=True):
             out[i] = r
     if code_idx:
-        for i, r in zip(code_idx, _code_rewards([texts[i] for i in code_idx], [tests[i] for i in code_idx]),
-                        strict=True):
+        imports = _column(kwargs, "test_imports", n)
+        for i, r in zip(code_idx, _code_rewards([texts[i] for i in code_idx], [tests[i] for i in code_idx],
+                                                [imports[i] for i in code_idx]), strict=True):
             out[i] = r
 
     log_metric = kwargs.get("log_metric")

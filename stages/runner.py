@@ -5,7 +5,8 @@
 - A stage whose manifest is already ``complete`` is not run again unless ``restart`` is given.
 - An incomplete run (``running`` after a crash or SIGKILL, or ``failed``) is resumed by default,
   and the resume is recorded in the manifest; ``restart`` starts over: the previous run is moved aside
-  (``.<stage>.previous``, only ever inside the run folder), deleted when the new run completes and put
+  (``.<stage>.previous``, only ever inside the run folder; a complete run already set aside by a
+  restart that was killed stays there), deleted when the new run completes and put
   back if it fails.
 - One run per stage folder: the main process holds an ``flock`` on ``.<stage>.lock`` (with its PID);
   a second run of the same folder refuses, naming that process; ``r1 status`` shows it running.
@@ -218,9 +219,16 @@ def _run_locked(recipe, stage, body, stage_dir: Path, parent_stage, restart, par
         # back if it fails (a restart given a bad dataset or model loses nothing)
         aside = previous_dir(stage_dir)
         inside_run_folder(stage_dir, recipe)
-        log.info("%s: --restart: moving the previous run aside to %s until this one completes", stage, aside)
-        shutil.rmtree(aside, ignore_errors=True)
-        stage_dir.rename(aside)
+        if _complete(aside) and not _complete(stage_dir):
+            # an earlier --restart was killed: the complete run it set aside stays there (the run in
+            # stage_dir is that killed restart's, which this restart replaces)
+            log.info("%s: --restart: keeping the complete run set aside in %s; discarding the incomplete run "
+                     "in %s", stage, aside, stage_dir)
+            shutil.rmtree(stage_dir)
+        else:
+            log.info("%s: --restart: moving the previous run aside to %s until this one completes", stage, aside)
+            shutil.rmtree(aside, ignore_errors=True)
+            stage_dir.rename(aside)
     barrier()
 
     setup_logging(stage_dir / ("stage.log" if is_main() else f"stage.rank{rank()}.log"))
@@ -292,6 +300,14 @@ class StageBusy(ValueError):
 
 def lock_path(stage_dir: Path) -> Path:
     return Path(stage_dir).parent / f".{Path(stage_dir).name}.lock"
+
+
+def _complete(stage_dir: Path) -> bool:
+    """Whether ``stage_dir`` holds a run whose manifest says complete."""
+    try:
+        return Manifest.load(stage_dir).status == "complete"
+    except (ManifestError, OSError, ValueError):
+        return False
 
 
 def previous_dir(stage_dir: Path) -> Path:

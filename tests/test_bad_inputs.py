@@ -244,3 +244,112 @@ def test_inputs_that_escaped_the_clear_error_path(tmp_path):
     rows, skipped = clean_rows(read_jsonl(raw), str(raw))
     assert [(r["id"], r["answer"]) for r in rows] == [("7", "3")]
     assert skipped == {"non-finite answer (NaN or infinity)": 2, "id that is not a string or an integer (null, a list…)": 2}
+
+
+def test_a_second_restart_keeps_the_complete_run_a_killed_restart_set_aside(tmp_path):
+    """A --restart killed mid-run leaves the complete run in .<stage>.previous and the killed one in the stage
+    folder; a second --restart that fails must not delete the complete run (it used to, and put the killed
+    one back): it keeps it aside while it runs and restores it when it fails."""
+    from stages.manifest import Manifest
+    from stages.recipe import load_recipe
+    from stages.runner import previous_dir
+
+    recipe = load_recipe("tiny", [f"run_root={tmp_path}"])
+    stage_dir = recipe.stage_dir("base")
+    assert _fake_stage(recipe, tmp_path, _written("first")).status == "complete"
+    stage_dir.rename(previous_dir(stage_dir))  # what the killed --restart left: the complete run aside …
+    Manifest.start(stage_dir, "base", recipe)  # … and its own run, never finished
+
+    def bad(ctx):
+        raise ValueError("seed: -1 is not a seed")
+
+    for _ in range(2):
+        with pytest.raises(ValueError):
+            _fake_stage(recipe, tmp_path, bad, restart=True)
+        assert Manifest.load(stage_dir).status == "complete"
+        assert (stage_dir / "checkpoint" / "weights.txt").read_text() == "first"
+        assert not previous_dir(stage_dir).exists()
+        stage_dir.rename(previous_dir(stage_dir))
+        Manifest.start(stage_dir, "base", recipe)
+    assert _fake_stage(recipe, tmp_path, _written("second"), restart=True).status == "complete"
+    assert (stage_dir / "checkpoint" / "weights.txt").read_text() == "second"
+    assert not previous_dir(stage_dir).exists()
+
+
+def test_r1_eval_refuses_bad_arguments_before_any_work(tmp_path, monkeypatch, capsys):
+    """Each of these gave a traceback (some after the sampling had run): each is now a one-line error
+    naming the argument, before anything loads (a hub id with the hub unreachable fails at once)."""
+    import time
+
+    from stages.cli import main
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    afile = tmp_path / "results.txt"
+    afile.write_text("x")
+    sets = ["--recipe", "tiny", "--set", f"run_root={tmp_path}"]
+    cases = [
+        (["--model", str(afile)], "a file, not a model folder"),
+        (["--model", "nonexistent-org/nonexistent-model-xyz"], "no such local folder, and the hub is off"),
+        (["--model", str(model), "--out", str(afile)], "--out"),
+        (["--model", str(model), "--out", str(model)], "a model's folder"),
+        (["--model", str(model), "--bench", ""], "--bench names no benchmark"),
+        (["--model", str(model), "--min-think", "-3"], "must be >= 0"),
+        (["--model", str(model), "--think-budget", "0"], "must be >= 1"),
+    ]
+    for argv, message in cases:
+        t0 = time.time()
+        try:
+            code = main(["eval", *argv, *sets])
+        except SystemExit as e:  # argparse's refusals
+            code = e.code
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and "Traceback" not in err, (argv, err)
+        assert time.time() - t0 < 5
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "https://127.0.0.1:9")  # a hub nothing answers on
+    assert main(["eval", "--model", "nonexistent-org/nonexistent-model-xyz", *sets]) == 2
+    assert "the hub is unreachable from here" in capsys.readouterr().err
+    assert not (model / "results.json").exists()
+
+
+def test_a_corrupt_manifest_is_unreadable_naming_its_field_and_the_listing_goes_on(tmp_path, capsys):
+    """A string where a metric number belongs, a checkpoint path outside the run folder, ``schema_version:
+    true``: each stage is listed UNREADABLE with the field named, the others are listed as usual, nothing
+    outside the run folder is walked, and the report is written."""
+    import json
+    import shutil
+    import time
+
+    from stages.cli import main
+    from stages.recipe import load_recipe
+
+    recipe = load_recipe("tiny", [f"run_root={tmp_path}"])
+    assert _fake_stage(recipe, tmp_path, _written("first")).status == "complete"
+    run = recipe.stage_dir("base").parent
+    corruptions = {
+        "stage1": lambda d: d["metrics"].setdefault("probe", {}).update({"pass@1": "high"}),
+        "stage2": lambda d: d["metrics"].update({"wall_seconds": "long"}),
+        "stage3": lambda d: d["output"].update({"checkpoint": "/usr/share"}),
+        "stage4": lambda d: d.update({"schema_version": True}),
+    }
+    for stage, corrupt in corruptions.items():
+        shutil.copytree(run / "base", run / stage)
+        path = run / stage / "manifest.json"
+        data = json.loads(path.read_text())
+        data["stage"] = stage
+        corrupt(data)
+        path.write_text(json.dumps(data))
+    t0 = time.time()
+    assert main(["status", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert time.time() - t0 < 10
+    lines = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert "complete" in lines["base"]
+    assert "UNREADABLE" in lines["stage1"] and "metrics.probe.pass@1" in lines["stage1"]
+    assert "UNREADABLE" in lines["stage2"] and "metrics.wall_seconds" in lines["stage2"]
+    assert "UNREADABLE" in lines["stage3"] and "outside the run folder" in lines["stage3"]
+    assert "UNREADABLE" in lines["stage4"] and "schema_version True" in lines["stage4"]
+    assert main(["report", str(run)]) == 0
+    assert (run / "report" / "report.md").exists()

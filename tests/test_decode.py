@@ -297,3 +297,16 @@ def test_a_shared_prefix_is_computed_once_with_the_same_result():
     finally:
         D.MIN_SHARED_PREFIX = before
     assert shared == padded
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.6])
+def test_diverged_weights_give_a_clear_error(temperature):
+    """A model whose weights went NaN (an infinite learning rate) gave `index -1 is out of bounds` from deep in
+    sampling; it now says what happened."""
+    model = model_with()
+    with torch.no_grad():
+        model.model.layers[0].mlp.down_proj.weight.fill_(float("nan"))
+    ids, mask = left_padded(PROMPTS)
+    with pytest.raises(FloatingPointError, match="logits are NaN or infinite: its weights diverged"):
+        decode(model, ids, mask, max_new_tokens=4, temperature=temperature, top_p=0.95, stop_ids=[STOP],
+               generator=torch.Generator().manual_seed(0))

@@ -58,10 +58,50 @@ def test_words_of_the_mixed_trace():
         ("write", "en"), ("carry", "en"), ("写", "zh"), ("进", "zh"), ("答", "zh"), ("案", "zh")]
 
 
-def test_neutral_material_is_not_words():
+def test_only_what_carries_no_language_is_neutral():
+    """Tags of the template, LaTeX commands, single letters, letters glued to digits and two-letter
+    variables in math are no words; words in code, backticks, math and other tags are."""
     text = ("<think>Let x = 3 and y2 = 4. ```python\nprint('hello world')\n``` then `foo_bar`, "
-            "\\frac{a}{b} and $\\alpha + \\beta$ give 2x.</think>")
-    assert [w for w, _ in words_by_language(text)] == ["Let", "and", "then", "and", "give"]
+            "\\frac{a}{b} and $\\alpha + \\beta + ab$ give 2x.</think>")
+    assert [w for w, _ in words_by_language(text)] == [
+        "Let", "and", "python", "print", "hello", "world", "then", "foo", "bar", "and", "give"]
+
+
+ZH_WORDS = "first add the units digits seven plus nine carry one"
+# Chinese chains of thought that hide English words in markup; and an English one hiding Chinese
+HIDDEN = {
+    "backticks": f"好 `{ZH_WORDS}`",
+    "code fence": f"好\n```\n{ZH_WORDS}\n```",
+    "dollar math": f"好 ${ZH_WORDS}$",
+    "double dollar math": f"好 $${ZH_WORDS}$$",
+    "paren math": f"好 \\({ZH_WORDS}\\)",
+    "bracket math": f"好 \\[{ZH_WORDS}\\]",
+    "text in math": f"好 $\\text{{{ZH_WORDS}}}$",
+    "invented tag": f"好 <scratch>{ZH_WORDS}</scratch>",
+    "tag attributes": f'好 <note text="{ZH_WORDS}"/>',
+    "unclosed math": f"好 \\({ZH_WORDS}",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HIDDEN))
+def test_words_hidden_in_markup_still_count(name):
+    from stages.rewards import language_consistency_reward
+
+    text = HIDDEN[name]
+    assert language_fraction(text, "zh") < 0.5 and is_mixed(text, "zh"), name
+    [reward] = language_consistency_reward([f"<think>{text}</think> <answer>5</answer>"], lang=["zh"])
+    assert reward < 0.5
+    english = "first add seven and nine, write six, carry one; `先加个位数字然后进位`"
+    assert is_mixed(english, "en") and language_fraction(english, "en") < 0.7
+
+
+def test_marking_up_is_linear_in_the_length():
+    import time
+
+    for text in ("\\(" * 100_000, "$" * 200_000, "a$b" * 70_000, "\\[$" * 70_000, "<x " * 70_000, "`" * 200_000):
+        t0 = time.perf_counter()
+        language_fraction(text, "en")
+        assert time.perf_counter() - t0 < 2.0, text[:10]
 
 
 def test_english_and_french_are_told_apart_by_lingua():

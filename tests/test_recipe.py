@@ -115,7 +115,25 @@ def test_bf16_autocast_is_auto_true_or_false_and_auto_follows_the_cpu():
     ("stage3.trl.learning_rate=-1", "stage3: trl.learning_rate: must be > 0, got -1"),
     ("stage1.trl.top_p=1.5", "stage1: trl.top_p: must be > 0 and <= 1, got 1.5"),
     ("stage3.trl.temperature=0", "stage3: trl.temperature: must be > 0, got 0"),
-    ("stage1.rewards.accuracy=-5", "reward weights must be numbers >= 0, got {'accuracy': -5.0}"),
+    ("stage1.rewards.accuracy=-5", "reward weights must be finite numbers > 0 (remove a reward rather than weigh it 0), got {'accuracy': -5.0}"),
+    # values the dry run accepted, that failed or diverged only once training ran
+    ("stage1.trl.learning_rate=.inf", "stage1: trl.learning_rate: must be a finite number, got inf"),
+    ("stage1.trl.beta=.inf", "stage1: trl.beta: must be a finite number, got inf"),
+    ("stage3.trl.temperature=.inf", "stage3: trl.temperature: must be a finite number, got inf"),
+    ("stage1.trl.max_grad_norm=.nan", "stage1: trl.max_grad_norm: must be a finite number, got nan"),
+    ("stage1.rewards.accuracy=.nan", "reward weights must be finite numbers > 0"),
+    ("stage1.rewards.accuracy=.inf", "reward weights must be finite numbers > 0"),
+    ("stage1.rewards.accuracy=0", "reward weights must be finite numbers > 0"),
+    ("stage1.trl.adam_beta1=5", "stage1: trl.adam_beta1: must be >= 0 and <= 0.999999, got 5"),
+    ("stage1.trl.adam_epsilon=-1", "stage1: trl.adam_epsilon: must be > 0, got -1"),
+    ("stage1.trl.top_k=-3", "stage1: trl.top_k: must be >= 0, got -3"),
+    ("stage1.trl.repetition_penalty=-1", "stage1: trl.repetition_penalty: must be > 0, got -1"),
+    ("stage1.trl.lr_scheduler_type=bogus", "stage1: trl.lr_scheduler_type: must be one of linear, cosine"),
+    ("stage1.trl.loss_type=bogus", "stage1: trl.loss_type: must be one of grpo, dr_grpo, dapo"),
+    ("stage2.sft.trl.loss_type=bogus", "trl.loss_type: must be one of nll, dft"),
+    ("stage1.trl.vllm_mode=local", "stage1: trl.vllm_mode: must be one of server, colocate"),
+    ("seed=-1", "seed: -1 must be in [0, 2**32)"),
+    ("stage1.seed=-1", "stage1: seed: -1 must be in [0, 2**32)"),
     ("stage4.sft.trl.save_total_limit=-1", "trl.save_total_limit: must be >= 1, got -1"),
     ("eval.k=0", "eval.k must be >= 1, got 0"),
     ("base.pretrain.batch_size=0", "base.pretrain.batch_size must be >= 1, got 0"),
@@ -157,3 +175,19 @@ def test_general_data_too_small_for_the_sft_mix_is_refused_before_rejection_samp
             load_recipe("tiny", overrides)
     else:
         load_recipe("tiny", overrides)
+
+
+def test_trls_string_domains_come_from_trl():
+    """Where TRL names the values of a string setting (an enum, choices, or the values its help lists), those
+    are its domain, TRL's default among them; a setting whose help names none takes any string."""
+    from stages.recipe import trl_choices, trl_default
+
+    for config, name, value in [("GRPOConfig", "loss_type", "cispo"), ("GRPOConfig", "scale_rewards", "batch"),
+                                ("GRPOConfig", "importance_sampling_level", "sequence"),
+                                ("GRPOConfig", "vllm_importance_sampling_mode", "token_truncate"),
+                                ("GRPOConfig", "lr_scheduler_type", "cosine"), ("SFTConfig", "loss_type", "dft")]:
+        choices = trl_choices(config, name)
+        assert value in choices and str(trl_default(config, name).value if hasattr(trl_default(config, name), "value")
+                                        else trl_default(config, name)) in choices, (name, choices)
+        load_recipe("tiny", [f"{'stage1' if config == 'GRPOConfig' else 'stage2.sft'}.trl.{name}={value}"])
+    assert trl_choices("GRPOConfig", "length_column_name") is None  # its help lists others' values: any string

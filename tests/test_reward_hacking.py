@@ -84,3 +84,41 @@ def test_scripted_policies_earn_nothing_but_the_honest_one(rows, policy):
     if policy == "honest":
         assert set(format_reward(completions["r1_zero"])) == {1.0}
         assert set(summary_format_reward(completions["chat"])) == {1.0}
+
+
+INVISIBLE = ["\u200b", "\u200c\u200d", "\u2060", "\ufeff", "\u00ad", "\u200e\u200f", "\u3164", "\u2800", "\u034f",
+             " \u200b\t\u2060 "]
+
+
+@pytest.mark.parametrize("blank", INVISIBLE, ids=lambda b: "+".join(f"U+{ord(c):04X}" for c in b))
+def test_invisible_content_is_empty(blank):
+    """Zero-width and other invisible characters say nothing: a think block, an answer or a box of them
+    earns no format reward."""
+    assert format_reward([f"<think>{blank}</think><answer>{blank}</answer>",
+                          f"<think>x</think><answer>{blank}</answer>",
+                          f"<think>{blank}</think><answer>5</answer>",
+                          f"<think>x</think><answer>\\boxed{{{blank}}}</answer>"]) == [0.0] * 4
+    assert summary_format_reward([f"<think>{blank}</think> The answer is \\boxed{{5}}.",
+                                  f"<think>x</think> The answer is \\boxed{{{blank}}}."]) == [0.0, 0.0]
+    assert format_reward(["<think>x</think><answer>5</answer>"]) == [1.0]
+    assert summary_format_reward(["<think>x</think> The answer is \\boxed{5}."]) == [1.0]
+
+
+def test_every_reward_is_bounded_on_the_longest_completions():
+    """Each reward, on each adversarial completion of 32k tokens' length (scripts/bench_rewards.py), returns
+    within 5 s (a tag pattern, the code extractor and the language measure were quadratic before)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("bench_rewards", Path(__file__).parents[1] / "scripts" / "bench_rewards.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    slow = [(reward, name, round(seconds, 2)) for reward, name, seconds in bench.timings() if seconds > 5.0]
+    assert not slow
+    import time
+
+    from stages.rewards import extract_code
+
+    t0 = time.perf_counter()
+    extract_code("<answer>" * (bench.CHARS // 8))
+    assert time.perf_counter() - t0 < 5.0

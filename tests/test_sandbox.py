@@ -497,6 +497,60 @@ def test_values_cross_as_plain_data():
     assert res.per_test == (True,) * 7 + (False, True), (res.detail, res.output)
 
 
+# A test that uses a module it does not import (MBPP's often do): the candidate must not supply it.
+CONE_TEST = ["assert math.isclose(volume_cone(5, 12), 314.1592653589793, rel_tol=0.001)"]
+WRONG_CONE = "def volume_cone(r, h):\n    return 0\n"
+FREE_NAME_ATTACKS = {
+    "class_named_like_the_module": WRONG_CONE + "class math:\n    isclose = staticmethod(lambda *a, **k: True)\n",
+    "assignment": WRONG_CONE + "import types\nmath = types.SimpleNamespace(isclose=lambda *a, **k: True)\n",
+    "import_alias_of_a_mock": WRONG_CONE + "from unittest import mock as math\n",
+    "import_alias_of_another_module": WRONG_CONE + "import operator as math\nmath.isclose = lambda *a, **k: True\n",
+    "global_in_a_function": WRONG_CONE + ("def _install():\n    global math\n    class math:\n"
+                                           "        isclose = staticmethod(lambda *a, **k: True)\n_install()\n"),
+    "sys_modules_patched": WRONG_CONE + ("import sys, types\nsys.modules['math'] = types.SimpleNamespace("
+                                          "isclose=lambda *a, **k: True)\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FREE_NAME_ATTACKS))
+def test_a_tests_free_names_never_resolve_to_the_candidates_objects(name):
+    """``math`` in a test that never imports it is the real module, whatever the candidate binds to that name
+    (a class, an assignment, an import alias of a mock or another module, a global set in a function, a
+    patched sys.modules): a wrong answer fails. The right one passes."""
+    res = run_tests(FREE_NAME_ATTACKS[name], CONE_TEST)
+    assert (res.passed, res.per_test) == (0, (False,)), (res.status, res.detail, res.output)
+    right = "import math\ndef volume_cone(r, h):\n    return math.pi * r * r * h / 3\n"
+    assert run_tests(right, CONE_TEST).per_test == (True,)
+    assert run_tests(right.replace("import math\n", "from math import pi\nclass math:\n    pi = pi\n")
+                     .replace("math.pi", "pi"), CONE_TEST).per_test == (True,)
+
+
+def test_a_name_no_one_declares_is_a_test_error_and_declared_imports_are_the_benchmarks():
+    """A test's bare name that neither the test, its declared imports, the standard library nor the code
+    under test binds is a test error, counted apart (never a pass), even where the candidate imports it;
+    with the benchmark's ``test_imports`` it is theirs, not the candidate's."""
+    from stages.rewards import STATS, accuracy_reward
+
+    tests = ["assert isclose(volume_cone(5, 12), 314.1592653589793, rel_tol=0.001)"]
+    alias = WRONG_CONE + "from unittest.mock import MagicMock as isclose\n"
+    res = run_tests(alias, tests)
+    assert (res.passed, res.test_errors) == (0, 1), (res.detail, res.output)
+    declared = ["from math import isclose"]
+    res = run_tests(alias.replace("MagicMock as isclose", "MagicMock as other"), tests, test_imports=declared)
+    assert (res.passed, res.test_errors) == (0, 0)
+    defined = WRONG_CONE + "def isclose(*a, **k):\n    return True\n"
+    assert run_tests(defined, tests, test_imports=declared).passed == 0  # the declared import wins
+    right = "import math\ndef volume_cone(r, h):\n    return math.pi * r * r * h / 3\n"
+    assert run_tests(right, tests, test_imports=declared).per_test == (True,)
+    with pytest.raises(ValueError, match="not only absolute import statements"):  # the benchmark's input
+        run_tests(right, tests, test_imports=["import math; print('x')"])
+    was = STATS["code_test_error"]
+    assert accuracy_reward([_completion(alias)], answer=[None], verifier=["code"], tests=[tests]) == [0.0]
+    assert STATS["code_test_error"] == was + 1
+    assert accuracy_reward([_completion(right)], answer=[None], verifier=["code"], tests=[tests],
+                           test_imports=[declared]) == [1.0]
+
+
 def test_decoder_accepts_plain_data_only():
     plain = [1, -2.5, float("inf"), 3j, complex(1, -1), 2 ** 20000, "s\ud800", b"\x00", None, True,
              (1,), [[], {}], {1: {2, 3}}, frozenset({4}), set(), frozenset()]
@@ -563,3 +617,13 @@ def test_without_a_cgroup_seccomp_refuses_memfd_and_shm(monkeypatch):
     res = run_tests(code, ["assert f('memfd') == 1", "assert f('shm') == 1"], audit_hook=False)
     assert "seccomp" in res.isolation and "memcg" not in res.isolation
     assert res.per_test == (True, True), res.detail  # EPERM
+
+
+def test_each_test_starts_in_an_empty_working_folder():
+    """What the code writes while one test runs (a file, a folder it then locks) is gone when the next starts."""
+    code = ("import os\n"
+            "def write():\n    open('left.txt', 'w').write('x')\n    os.makedirs('d/e', exist_ok=True)\n"
+            "    open('d/e/f', 'w').write('y')\n    os.chmod('d', 0)\n    return 1\n"
+            "def seen():\n    return sorted(os.listdir('.'))\n")
+    res = run_tests(code, ["assert write() == 1", "assert seen() == []", "assert write() == 1", "assert seen() == []"])
+    assert res.per_test == (True,) * 4, (res.detail, res.output)

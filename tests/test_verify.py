@@ -48,7 +48,7 @@ CASES = [
     (A("\\$18.90"), "\\$18.90", True),
     (A("18.9"), "\\$18.90", True),
     (A("18.19"), "\\$18.90", False),
-    (A("12 apples."), "12", True),
+    (A("12 apples."), "12", False),  # a count of things the question never names (tested with questions below)
     (A("She has 12 apples."), "12", False),  # prose around the number
     (A("She has 13 apples."), "12", False),
     # fractions and decimals
@@ -56,7 +56,7 @@ CASES = [
     (BOX("1/2"), "\\frac12", True),
     (BOX("\\dfrac{1}{2}"), "0.5", True),
     (BOX("0.33"), "\\frac{1}{3}", False),
-    (BOX("0.333333"), "\\frac{1}{3}", True),
+    (BOX("0.333333"), "\\frac{1}{3}", False),  # a rounding, and the question does not ask for one
     (A("1/3"), "2/6", True),
     (A("\\frac{2}{3}"), "6/9", True),
     (A("\\frac{1}{29322216}"), "\\dfrac{1}{29,\\!322,\\!216}", True),
@@ -302,7 +302,6 @@ HONEST = [
     (BOX("1.5e3"), "1500"),
     (A("x = 5"), "5"),
     (A("5"), "x=5"),
-    (A("5 apples"), "5"),
     (A("5 square inches"), "5"),
     (A("5 \\text{ cm}^2"), "5"),
     (A("5 km/h"), "5"),
@@ -322,9 +321,6 @@ HONEST = [
     (A("**Answer:** 5"), "5"),
     (A("5.0"), "5"),
     (A("5.000000001"), "5"),  # relative tolerance 1e-9 for decimals
-    (A("0.333333"), "\\frac{1}{3}"),
-    (A("0.666667"), "\\frac{2}{3}"),
-    (A("0.666666"), "\\frac{2}{3}"),
     (BOX("\\sqrt{8}"), "2\\sqrt{2}"),
     (BOX("x^2+2x+1"), "(x+1)^2"),
     (BOX("-3, 3"), "3, -3"),
@@ -358,7 +354,6 @@ HONEST = [
     (A("52"), "52_8"),
     (A("58500"), "58,500"),
     (A("f(x) = x + 1"), "x+1"),
-    (A("18 ডলার"), "18"),
     # a second red-team pass
     (A("m+n = 204"), "204"),
     (A("f(5) = 18"), "18"),
@@ -423,6 +418,69 @@ ECHOES = [
     (A("\\frac{1}{2}"), "\\frac{1}{2}", "[asy] draw((0,0)--(0.5,1)); [/asy] What is the probability?", True),
     (A("6"), "6", "A toy costs $6.00. How much do two cost, divided by two?", True),
 ]
+
+
+# Roundings of exact answers (response, gold, question, expected): wrong unless the question asks for a
+# decimal or a rounded value, or the gold is one; math-verify's 6-place comparison accepted the first ones.
+RADICAL = "Find the diagonal of a square of side 2. Express your answer in simplest radical form."
+ROUNDINGS = [
+    (A("2.828427"), "2\\sqrt{2}", RADICAL, False),
+    (A("2.8284271247461903"), "2\\sqrt{2}", RADICAL, False),
+    (A("2\\sqrt{2} \\approx 2.828427"), "2\\sqrt{2}", RADICAL, False),
+    (A("\\frac{2828427}{1000000}"), "2\\sqrt{2}", RADICAL, False),
+    (A("2.828427"), "2\\sqrt{2}", None, False),
+    (A("6.283185"), "2\\pi", "What is the circumference of a circle of radius 1?", False),
+    (A("6.2831853"), "2\\pi", "What is the circumference of a circle of radius 1?", False),
+    (A("(1.414214, 2)"), "(\\sqrt{2}, 2)", "Find the point where the curves meet.", False),
+    (A("0.693147"), "\\ln 2", "Evaluate the integral of 1/x from 1 to 2.", False),
+    (A("0.333333"), "\\frac{1}{3}", "What is 1 divided by 3?", False),
+    (A("0.666667"), "\\frac{2}{3}", None, False),
+    # exact answers stay right, and decimals where the question asks for one
+    (A("2\\sqrt{2}"), "2\\sqrt{2}", RADICAL, True),
+    (A("\\sqrt{8}"), "2\\sqrt{2}", RADICAL, True),
+    (A("1.5\\sqrt{2}"), "\\frac{3\\sqrt{2}}{2}", "Simplify.", True),
+    (A("0.333333"), "\\frac{1}{3}", "Express $\\frac{1}{3}$ as a decimal to six places.", True),
+    (A("0.666667"), "\\frac{2}{3}", "Round $\\frac{2}{3}$ to six decimal places.", True),
+    (A("0.333333"), "\\frac{1}{3}", "1 除以 3 等于多少？（精确到小数点后六位）", True),
+    (A("2.83"), "2.83", "Give the diagonal to the nearest hundredth.", True),
+    (A("0.25"), "\\frac{1}{4}", "What is the probability?", True),  # exact: a finite decimal
+]
+
+
+# What may follow a number (response, gold, question, expected): units, and the things the question counts;
+# any other word is prose, whatever it says ("nope", "wrongly", a number word of another language).
+APPLES = "Tom has 3 apples and buys 2 more. How many apples does he have?"
+PINGGUO = "汤姆有3个苹果，又买了2个，一共有几个苹果？"
+AFTER_THE_NUMBER = [
+    (A("5 nope"), "5", APPLES, False),
+    (A("5 doubtful"), "5", APPLES, False),
+    (A("5 wrongly"), "5", APPLES, False),
+    (A("5 cinco"), "5", APPLES, False),
+    (A("5 fünf"), "5", APPLES, False),
+    (A("5 пять"), "5", APPLES, False),
+    (A("5 \\text{ nope}"), "5", APPLES, False),
+    (A("5个香蕉"), "5", PINGGUO, False),  # bananas: not what the question counts
+    (A("x=2, y=3"), "(2, 3)", "Solve the system $x+y=5$, $x-y=-1$.", False),  # named values are no ordered pair
+    (A("5 apples"), "5", APPLES, True),
+    (A("12 apples."), "12", "How many apples are left?", True),
+    (A("5 apple"), "5", APPLES, True),
+    (A("5 cm"), "5", "How long is the side?", True),
+    (A("5 \\text{ (dollars)}"), "5", "How much does the pen cost?", True),
+    (A("答：5"), "5", PINGGUO, True),
+    (A("共5个"), "5", PINGGUO, True),
+    (A("5个苹果"), "5", PINGGUO, True),
+    (A("18 ডলার"), "18", "জ্যানেট প্রতিদিন কৃষকদের বাজারে কত ডলার উপার্জন করেন?", True),
+]
+
+
+@pytest.mark.parametrize(("response", "gold", "problem", "expected"), AFTER_THE_NUMBER)
+def test_what_may_follow_the_number(response, gold, problem, expected):
+    assert grade(response, gold, problem=problem).correct is expected
+
+
+@pytest.mark.parametrize(("response", "gold", "problem", "expected"), ROUNDINGS)
+def test_a_rounding_of_an_exact_answer_is_wrong_unless_asked_for(response, gold, problem, expected):
+    assert grade(response, gold, problem=problem).correct is expected
 
 
 @pytest.mark.parametrize(("response", "gold", "problem", "expected"), ECHOES)
@@ -667,7 +725,6 @@ def test_in_process_number_rules_agree_with_math_verify():
         ("12", "12.5"),
         ("\\frac{1}{2}", "0.5"),
         ("\\frac{1}{3}", "0.33"),
-        ("\\frac{1}{3}", "0.333333"),
         ("2/6", "1/3"),
         ("25%", "25"),
         ("25%", "2.5"),
@@ -697,6 +754,7 @@ DELIBERATELY_STRICTER = [
     ("70", "\\binom{8}{4}"),
     ("2", "\\sqrt{4}"),
     ("0.0873", "0.08730004"),  # relative tolerance 1e-9, not math-verify's
+    ("\\frac{1}{3}", "0.333333"),  # a rounding, where the question does not ask for a decimal
 ]
 
 

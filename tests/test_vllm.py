@@ -92,24 +92,28 @@ def test_greedy_samples_are_the_projects_decoder_samples(vllm_base, loaded):
 
 
 def test_sampled_pass_at_1_and_length_agree_paired(vllm_base, loaded):
-    """At the recipe's protocol (T 0.6, top-p 0.95, k samples), vLLM's pass@1 and mean length minus the
-    decode loop's, paired over the same problems: each interval contains 0."""
+    """At the recipe's protocol (T 0.6, top-p 0.95), vLLM's pass@1 and mean length minus the decode loop's,
+    paired over the same 100 problems × 8 samples: each interval lies within a margin of no difference
+    (±0.05 of pass@1, ±20% of the length; sampling at T 1.0 instead lengthens this model's answers by
+    about 45%, so a protocol the engine does not follow fails it)."""
     from eval.generate import make_sampler
     from eval.runner import compare_samplers
     from stages.common import load_sampler, release
 
     _, r = vllm_base
     path, model, tok = loaded
-    cfg = dataclasses.replace(r.eval, k=4, max_new_tokens=64)
+    cfg = dataclasses.replace(r.eval, k=8, max_new_tokens=64)
     ours = make_sampler("transformers", model=model, tokenizer=tok)
     engine, _ = load_sampler(r, path, backend="vllm")
     try:
-        result = compare_samplers(ours, engine, tok, task_rows(r, 60), cfg=cfg, seed=0)
+        result = compare_samplers(ours, engine, tok, task_rows(r, 100), cfg=cfg, seed=0)
     finally:
         release(engine)
-    for key in ("pass@1", "mean_length_tokens"):
-        diff = result[key]
-        assert diff.lo <= 0 <= diff.hi, (key, diff, result["first"][key], result["second"][key])
+    length, accuracy = result["mean_length_tokens"], result["pass@1"]
+    margin = 0.2 * result["first"]["mean_length_tokens"]
+    assert -margin < length.lo and length.hi < margin, (length, result["first"]["mean_length_tokens"],
+                                                        result["second"]["mean_length_tokens"])
+    assert -0.05 < accuracy.lo and accuracy.hi < 0.05, accuracy
     assert result["first"]["mean_length_tokens"] > 5
 
 
