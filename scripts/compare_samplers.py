@@ -42,12 +42,19 @@ def main() -> None:
     model, tokenizer = load_model_and_tokenizer(args.checkpoint, device=pick_device(recipe.device),
                                                 trust_remote_code=recipe.trust_remote_code)
     ours = make_sampler("transformers", model=model, tokenizer=tokenizer, batch_size=cfg.batch_size)
+    engine = []
+
+    def vllm(prompts, **kw):  # the engine starts once the decode loop is done: its processes fork, and a
+        if not engine:        # fork beside the engine's threads can deadlock
+            engine.append(load_sampler(recipe, args.checkpoint, backend="vllm", batch_size=cfg.batch_size)[0])
+        return engine[0](prompts, **kw)
+
     t0 = time.time()
-    vllm, _ = load_sampler(recipe, args.checkpoint, backend="vllm", batch_size=cfg.batch_size)
     try:
         result = compare_samplers(ours, vllm, tokenizer, rows, cfg=cfg, seed=recipe.seed)
     finally:
-        release(vllm)
+        for e in engine:
+            release(e)
     print(f"{args.checkpoint}: {len(rows)} problems of {source} × {cfg.k} samples, T {cfg.temperature}, "
           f"top-p {cfg.top_p}, ≤ {cfg.max_new_tokens} tokens, template {cfg.prompt_template} ({time.time() - t0:.0f} s)")
     for name, key in (("project's decode loop", "first"), ("vLLM", "second")):
