@@ -172,18 +172,9 @@ class VLLMSampler:
 
     def close(self) -> None:
         """Shut the engine down and give its memory back (the next phase loads a model)."""
-        import gc
-
-        import torch
-
-        engine = getattr(getattr(self, "llm", None), "llm_engine", None)
-        core = getattr(engine, "engine_core", None)
-        if core is not None and hasattr(core, "shutdown"):
-            core.shutdown()
+        shutdown_engine(getattr(self, "llm", None))
         self.llm = None
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        free_memory()
 
     @timed_as("sampling")
     def __call__(self, prompts: list[str], *, n: int, temperature: float, top_p: float, max_new_tokens: int,
@@ -207,6 +198,22 @@ class VLLMSampler:
               "truncated": c.finish_reason == "length"} for c in request.outputs]
             for request in requests
         ]
+
+
+def shutdown_engine(llm) -> None:
+    """Stop a ``vllm.LLM``'s engine (its process, or its in-process core); None: nothing to stop."""
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if core is not None and hasattr(core, "shutdown"):
+        core.shutdown()
+
+
+def free_memory() -> None:
+    """Collect what nothing refers to any more, and give CUDA's cached blocks back."""
+    import gc
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def make_sampler(backend: str, *, model=None, tokenizer=None, model_path: str | None = None, seed: int = 0,

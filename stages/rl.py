@@ -411,19 +411,14 @@ def close_colocated_engine(trainer) -> None:
     training is over, and free its KV cache: the evaluation after training starts its own engine, and two
     would not fit. (On vLLM's CPU build, the weights of an engine that took them through vLLM's reload
     path stay referenced inside vLLM, one copy of the model's weights in host memory.)"""
-    import gc
+    from eval.generate import free_memory, shutdown_engine
 
     generation = getattr(trainer, "vllm_generation", None)
-    llm = getattr(generation, "llm", None)
-    if llm is None:
+    if getattr(generation, "llm", None) is None:
         return
-    core = getattr(llm.llm_engine, "engine_core", None)
-    if core is not None and hasattr(core, "shutdown"):
-        core.shutdown()
+    shutdown_engine(generation.llm)
     generation.llm = None
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    free_memory()
 
 
 def grpo_config(cfg, *, output_dir: Path, seed: int, device: torch.device, bf16: bool, reward_weights: list[float],

@@ -128,6 +128,11 @@ def whole_checkpoint(path) -> dict:
 @pytest.mark.parametrize("backend", ["fsdp2", pytest.param("zero3", marks=pytest.mark.skipif(
     not deepspeed_available(), reason="DeepSpeed is not installed (GPU set; or set R1_TEST_DEEPSPEED_PATH)"))])
 def test_sharded_two_processes_save_whole_checkpoints(small_base, tmp_path, backend):
+    """Stages 1 and 2 sharded over two processes save whole checkpoints that reload to the gathered weights.
+    Stage 1 is first SIGKILLed at its third optimizer step (after the checkpoint of step 2) and resumes from
+    that checkpoint: the one FSDP or DeepSpeed writes (its optimizer state is no ``optimizer.pt``) is complete,
+    not deleted as a torn one. Its held-out evaluation at step 1 (``eval_steps``) and its progress evaluation
+    (``eval_every``) sample the whole model, gathered by both processes, while training goes on."""
     import shutil
 
     from transformers import AutoModelForCausalLM
@@ -138,12 +143,24 @@ def test_sharded_two_processes_save_whole_checkpoints(small_base, tmp_path, back
     user = tmp_path / "user_cot.jsonl"
     user.write_text("".join(json.dumps(r) + "\n" for r in USER_ROWS))
     lora = "stage2.sft.lora={r: 4, alpha: 8, dropout: 0.0, target_modules: [q_proj, v_proj, gate_proj]}"
-    sets = [*SMALL, f"run_root={runs}", *MICRO, f"stage2.cold_start.user_dataset={{source: jsonl, name: {user}}}", lora]
+    sets = [*SMALL, f"run_root={runs}", *MICRO, f"stage2.cold_start.user_dataset={{source: jsonl, name: {user}}}", lora,
+            "stage1.trl.save_steps=1", "stage1.trl.save_total_limit=null", "stage1.eval_steps=[1]",
+            "stage1.eval_every=2", "launch.timeout_minutes=2"]
+    env = FSDP_ON_CPU if backend == "fsdp2" else ZERO3_ON_CPU
     before = weights_digest(AutoModelForCausalLM.from_pretrained(base.checkpoint))
+    p = launch("stage1", sets, {**env, "R1_FAULT": "optimizer_step@3"})
+    assert p.returncode != 0 and "fault injected: SIGKILL at optimizer_step" in p.stderr, p.stdout[-2000:] + p.stderr[-3000:]
+    trainer = runs / "tiny" / "stage1" / "trainer"
+    assert sorted(c.name for c in trainer.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
     for stage, key in (("stage1", "train"), ("stage2", "sft_checkpoint")):
-        p = launch(stage, sets, FSDP_ON_CPU if backend == "fsdp2" else ZERO3_ON_CPU)
+        p = launch(stage, sets, env)
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
         m = Manifest.load(runs / "tiny" / stage)
+        if stage == "stage1":  # resumed from the checkpoint of step 2; evaluated while sharded
+            assert m.data["metrics"]["train"]["steps"] == 3 and m.data["resumes"][-1]["from_step"] == 2
+            assert m.data["metrics"]["eval_steps"]["1"]["samples"] == 12  # 6 problems × 2 samples, at step 1
+            rows = [json.loads(line) for line in (runs / "tiny" / "stage1" / "metrics.jsonl").read_text().splitlines()]
+            assert [r["step"] for r in rows if r["eval_pass@1"] is not None] == [2]
         procs = m.data["metrics"][key]["processes"]
         # sharded: the whole weights were gathered on the main process only
         assert procs["count"] == 2 and procs["weights_agree"] is None and procs["weight_digests"][1] is None
@@ -161,32 +178,3 @@ def test_gpu_smoke_steps_are_bounded_and_a_failure_ends_it():
                        env={**os.environ, "OMP_NUM_THREADS": "1", "SMOKE_LIMIT": "4"})
     assert p.returncode == 1 and "gpu_smoke: FAILED base: exit status 124" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
     assert "gpu_smoke: ok" not in p.stdout and "all checks passed" not in p.stdout
-
-
-def test_a_sharded_run_resumes_from_its_checkpoint_and_evaluates_while_training(small_base, tmp_path):
-    """Stage 1 under FSDP2, SIGKILLed at its third optimizer step (after the checkpoint of step 2), resumes
-    from that checkpoint: the checkpoint FSDP writes (its optimizer state is not an ``optimizer.pt``) is
-    complete, not deleted as a torn one. Its held-out evaluation at step 1 (``eval_steps``) and the
-    progress evaluation (``eval_every``) sample the whole model, gathered from both processes, while
-    training goes on."""
-    import shutil
-
-    recipe, base = small_base
-    runs = tmp_path / "runs"
-    shutil.copytree(recipe.stage_dir("base"), runs / "tiny" / "base")
-    sets = [*SMALL, f"run_root={runs}", *MICRO, "stage1.trl.save_steps=1", "stage1.trl.save_total_limit=null",
-            "stage1.eval_steps=[1]", "stage1.eval_every=2", "launch.timeout_minutes=2"]
-    p = launch("stage1", sets, {**FSDP_ON_CPU, "R1_FAULT": "optimizer_step@3"})
-    assert p.returncode != 0 and "fault injected: SIGKILL at optimizer_step" in p.stderr, p.stdout[-2000:] + p.stderr[-3000:]
-    trainer = runs / "tiny" / "stage1" / "trainer"
-    assert sorted(c.name for c in trainer.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
-
-    p = launch("stage1", sets, FSDP_ON_CPU)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    m = Manifest.load(runs / "tiny" / "stage1")
-    assert m.status == "complete" and m.data["metrics"]["train"]["steps"] == 3
-    assert m.data["resumes"][-1]["from_step"] == 2
-    assert "resuming from" in (runs / "tiny" / "stage1" / "stage.log").read_text()
-    assert m.data["metrics"]["eval_steps"]["1"]["samples"] == 12  # 6 problems × 2 samples, at step 1
-    rows = [json.loads(line) for line in (runs / "tiny" / "stage1" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows if r["eval_pass@1"] is not None] == [2]
