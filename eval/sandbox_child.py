@@ -353,8 +353,9 @@ def _top_level_bindings(tree) -> tuple[set[str], dict[str, tuple[str, str | None
             for child in value if isinstance(value, list) else (value,):
                 if isinstance(child, _ast.AST):
                     stack.append((child, inner))
-    # A name bound both ways is taken as the import (an honest program does not rebind `math`).
-    return defined - imports.keys(), imports, modules, star
+    # A name the code defines is the code under test even where it also imports that name (the test's own
+    # environment, declared imports and the standard library by name, comes first: _test_environment).
+    return defined, imports, modules, star
 
 
 def _test_environment(job: dict) -> dict:
@@ -396,42 +397,21 @@ def marshal_tests() -> list[str]:
     return marshal.loads(os.pread(_TESTS_FD, os.fstat(_TESTS_FD).st_size, 0))
 
 
-def _import_for_judge(imports: dict, modules: set[str], star: list[str]) -> tuple[dict, dict]:
-    """Import, in W and before any candidate code runs, what the code imports at top level, so
-    that every C and O inherits them already loaded (the judge never binds them to a test's names:
-    :func:`_test_environment`). Returns (name -> object, star-imported names)."""
-    def load(module: str):
-        if module.partition(".")[0] in _NO_PREIMPORT:
-            raise ImportError(module)
-        __import__(module)
-        return sys.modules[module]
+def _import_for_judge(imports: dict, modules: set[str], star: list[str]) -> None:
+    """Import, in W and before any candidate code runs, what the code imports at top level, so that every
+    C and O inherits it already loaded (the judge never binds it to a test's names: :func:`_test_environment`)."""
+    def load(module: str) -> None:
+        if module.partition(".")[0] not in _NO_PREIMPORT:
+            try:
+                __import__(module)
+            except BaseException:
+                pass
 
-    for module in sorted(modules):
-        try:
-            load(module)
-        except BaseException:
-            pass
-    resolved = {}
-    for name, (module, attr) in imports.items():
-        try:
-            obj = load(module)
-            if attr is not None:
-                try:
-                    obj = getattr(obj, attr)
-                except AttributeError:
-                    obj = load(f"{module}.{attr}")
-            resolved[name] = obj
-        except BaseException:
-            pass  # fetched from C instead, like a name the code defines
-    starred = {}
-    for module in star:
-        try:
-            mod = load(module)
-            names = getattr(mod, "__all__", None) or [n for n in vars(mod) if not n.startswith("_")]
-            starred.update({n: getattr(mod, n) for n in names if hasattr(mod, n)})
-        except BaseException:
-            pass
-    return resolved, starred
+    for module in sorted(modules | set(star)):
+        load(module)
+    for module, attr in imports.values():  # ``from a import b`` where b is a submodule
+        if attr is not None and not hasattr(sys.modules.get(module), attr):
+            load(f"{module}.{attr}")
 
 
 def _global_names(code) -> set[str]:

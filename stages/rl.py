@@ -818,7 +818,7 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
             StepEvaluation([s for s in cfg.eval_steps if s < cfg.steps], evaluate_now).install(trainer)
             if progress is not None:
                 progress.install(trainer)
-            if getattr(trainer, "vllm_generation", None) is not None and device.type == "cpu":
+            if device.type == "cpu" and getattr(getattr(trainer, "vllm_generation", None), "mode", None) == "colocate":
                 sync_through_reload(trainer.vllm_generation)  # vLLM's CPU build (check_vllm)
             return trainer
 
