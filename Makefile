@@ -8,7 +8,7 @@ R1 := .venv/bin/r1
 STAMP := .venv/.installed-$(shell cat pyproject.toml constraints/cpu.txt | sha256sum | cut -c1-12)
 RUN_FLAGS := --recipe $(RECIPE) $(if $(RESUME),--resume) $(if $(RESTART),--restart) $(foreach s,$(SET),--set $(s))
 
-.PHONY: help setup setup-gpu setup-vllm test faults test-all lint base compare-losses stage1 stage2 stage3 stage4 distill distill-rl eval findings passk report pipeline status clean
+.PHONY: help setup setup-gpu setup-vllm test faults test-all lint base rebuild-base compare-losses stage1 stage2 stage3 stage4 distill distill-rl eval findings passk report pipeline status clean
 
 help:
 	@grep -E '^[a-z0-9-]+:.*## ' Makefile | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -70,8 +70,11 @@ lint: setup ## ruff, and the layers (import-linter: data below eval below stages
 	.venv/bin/ruff check stages data eval tests scripts
 	.venv/bin/lint-imports
 
-base: setup ## build (tiny) or register (real recipes) the base model
+base: setup ## register the base model: the tiny recipe's released one (recipes/tiny/base), a real recipe's pretrained one
 	$(R1) base $(RUN_FLAGS)
+
+rebuild-base: setup ## pretrain the tiny base and the student's base from scratch and write them as the releases
+	$(R1) base --rebuild $(RUN_FLAGS)
 
 # Through scripts/launch: the processes and nodes of the recipe's `launch` section (one process: r1 itself).
 stage1 stage2 stage3 stage4 distill: setup ## run one stage (RESUME=1 resumes, RESTART=1 starts over)

@@ -41,9 +41,29 @@ import os
 import torch
 import torch.nn.functional as F
 
-__all__ = ["decode", "fast_generate", "in_processes", "loop_can_sample", "supports"]
+__all__ = ["decode", "fast_generate", "in_processes", "loop_can_sample", "sample_processes", "set_sample_processes",
+           "supports"]
 
 _COMPACT_SHARE = 0.25  # compact the cache once this share of the batch has finished
+
+_sample_processes: int | None = None
+
+
+def set_sample_processes(count: int | None) -> int:
+    """Fix how many single-threaded processes the CPU sampler shares its batches out between (a stage sets
+    the recipe's ``sample_processes`` before its body: ``stages/threads.py``); None: one per torch thread.
+    Returns the count now in force."""
+    global _sample_processes
+    if count is not None and count < 1:
+        raise ValueError(f"sample_processes must be at least 1, got {count}")
+    _sample_processes = count
+    return sample_processes()
+
+
+def sample_processes() -> int:
+    """The CPU sampler's process count: the one fixed by :func:`set_sample_processes`, else one per torch
+    thread. :func:`fast_generate`'s draws depend on it (one generator per process), eval's do not."""
+    return _sample_processes or torch.get_num_threads()
 
 
 SUPPORTED = ("qwen2", "llama")  # model types whose layers are exactly the ones this loop computes
@@ -309,8 +329,8 @@ def fast_generate(model):
     and the model's own ``generate`` otherwise. It returns what ``generate`` returns: the prompt and
     completion ids, (rows, prompt + longest completion), right-padded with the pad token; draws come from
     the global torch generator, as ``generate``'s do (on the CPU, the rows are shared between one forked
-    single-threaded process per torch thread, each drawing from a generator seeded from the global
-    one: :func:`in_processes`). Set it as the model's ``generate`` so that a trainer
+    single-threaded process per :func:`sample_processes`, each drawing from a generator seeded from the
+    global one: :func:`in_processes`). Set it as the model's ``generate`` so that a trainer
     that samples through ``model.generate`` (TRL's GRPOTrainer without vLLM) samples through this loop."""
     original = model.generate
 
@@ -327,7 +347,7 @@ def fast_generate(model):
         pad = config.pad_token_id if config.pad_token_id is not None else (stop_ids[0] if stop_ids else 0)
         settings = dict(max_new_tokens=config.max_new_tokens, temperature=config.temperature if config.do_sample else 0.0,
                         top_p=config.top_p if config.do_sample and config.top_p is not None else 1.0, stop_ids=stop_ids)
-        processes = min(torch.get_num_threads(), len(input_ids)) if input_ids.device.type == "cpu" else 1
+        processes = min(sample_processes(), len(input_ids)) if input_ids.device.type == "cpu" else 1
         if processes == 1:
             rows = decode(model, input_ids, attention_mask, **settings)
         else:  # contiguous shares of the rows, each with a generator seeded from the global one

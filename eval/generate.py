@@ -45,19 +45,19 @@ def sample(
     ``use_decode``: force the KV-cache loop (True) or ``generate`` (False); None picks the loop when
     the model is one it supports.
     ``processes``: with the loop on the CPU, the batches are shared out between this many processes of
-    one thread each (this one and forked copies, which share the weights); None = one per torch
-    thread (``stages/threads.py`` leaves a busy neighbour its core). Single-threaded processes sample
+    one thread each (this one and forked copies, which share the weights); None = the recipe's
+    ``sample_processes`` (``eval.decode.sample_processes``). Single-threaded processes sample
     faster than one process with as many threads, and a neighbour slows them in proportion
     (docs/speed.md).
     """
-    from eval.decode import in_processes, supports
+    from eval.decode import in_processes, sample_processes, supports
 
     fast = supports(model) if use_decode is None else use_decode
     tokenizer.padding_side = "left"
     flat = [p for p in prompts for _ in range(n)]
     batches = [flat[start : start + batch_size] for start in range(0, len(flat), batch_size)]
     if processes is None:
-        processes = torch.get_num_threads() if fast and model.device.type == "cpu" else 1
+        processes = sample_processes() if fast and model.device.type == "cpu" else 1
     processes = max(1, min(processes, len(batches)))
     stop_ids = stop_token_ids(model.generation_config, tokenizer)
     was_training = model.training

@@ -1,15 +1,15 @@
 """How a busy neighbour slows the project: the same work with and without one busy process beside it.
 
-    python scripts/bench_neighbour.py --model runs/tiny/stage3/checkpoint [--threads 1,2,auto] [--policies default,passive]
+    python scripts/bench_neighbour.py --model runs/tiny/stage3/checkpoint [--threads 1,2,recipe] [--policies default,passive]
 
 The work (in a fresh process per setting, since OpenMP reads its settings once): sampling 256
 completions with the project's sampler (batch 64, T 0.6, top-p 0.95), then 20 training steps
 (forward, backward, AdamW) on batches of 16 chat rows. Settings: torch's intra-op threads, and
 OpenMP's wait policy (``default``: threads spin at barriers before they sleep; ``passive``: they sleep at
-once, ``OMP_WAIT_POLICY=PASSIVE``). With a number of threads, one process samples; ``auto`` is what a
-stage does: ``stages.threads.choose_threads`` measures the neighbours first, and the sampler shares
-its batches between one single-threaded process per thread. The neighbour is one process spinning on
-one core. The table gives
+once, ``OMP_WAIT_POLICY=PASSIVE``). With a number of threads, one process samples; ``recipe`` is the
+tiny recipe's fixed layout (``stages/threads.py``): one training thread, and the sampler shares its
+batches between ``sample_processes`` (2) single-threaded processes. The neighbour is one process spinning
+on one core. The table gives
 seconds for each part and the slowdown the neighbour causes; "in proportion" is about 1.5-2× on a
 2-core machine (the neighbour takes one core of two).
 """
@@ -34,7 +34,7 @@ from data.templates import chat_user_message
 from eval.generate import sample
 from stages.common import load_model_and_tokenizer
 from stages.recipe import load_recipe
-from stages.threads import choose_threads
+from stages.threads import fix_threads
 {choose}
 model, tok = load_model_and_tokenizer({model!r}, device=torch.device("cpu"), trust_remote_code=False,
                                       dtype=torch.float32)
@@ -69,9 +69,9 @@ def run(model: str, threads: str, policy: str) -> dict:
         env["OMP_NUM_THREADS"] = threads
     if policy == "passive":
         env["OMP_WAIT_POLICY"] = "PASSIVE"
-    auto = threads == "auto"
-    work = WORK.format(root=str(ROOT), model=model, choose="choose_threads()" if auto else "",
-                       processes="None" if auto else "1")
+    layout = threads == "recipe"
+    work = WORK.format(root=str(ROOT), model=model, choose="fix_threads(1)" if layout else "",
+                       processes="2" if layout else "1")
     out = subprocess.run([sys.executable, "-c", work], env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -79,7 +79,7 @@ def run(model: str, threads: str, policy: str) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="a chat-template checkpoint, e.g. runs/tiny/stage3/checkpoint")
-    parser.add_argument("--threads", default="1,2,auto")
+    parser.add_argument("--threads", default="1,2,recipe")
     parser.add_argument("--policies", default="default,passive")
     args = parser.parse_args()
     print(f"{os.cpu_count()} CPUs; neighbour: one process spinning on one core")
@@ -95,7 +95,7 @@ def main() -> int:
             finally:
                 neighbour.kill()
                 neighbour.wait()
-            label = f"auto ({alone['threads']} → {busy['threads']})" if threads == "auto" else threads
+            label = "recipe (1 thread, 2 sampling processes)" if threads == "recipe" else threads
             print(f"| {label} | {policy} | {alone['sampling_s']:.1f} → {busy['sampling_s']:.1f} "
                   f"({busy['sampling_s'] / alone['sampling_s']:.1f}×) | {alone['training_s']:.1f} → "
                   f"{busy['training_s']:.1f} ({busy['training_s'] / alone['training_s']:.1f}×) |", flush=True)

@@ -3,9 +3,13 @@
 Real recipes name a pretrained model (``base.pretrained``): the stage loads nothing heavy, and only
 records the model (hub id or local path, with file hashes when local) in its manifest.
 
-The tiny CPU default *builds* its base model (``stages/pretrain.py``): a Qwen2 architecture of about
-a million parameters and a byte-level BPE tokenizer, pretrained for a few minutes on the synthetic
-corpus of ``data/corpus.py``, then probed under the R1-Zero template on held-out problems. The result is
+The tiny CPU default starts the same way, from a released base (``base.release``: ``recipes/tiny/base``,
+kept in the repository): the stage verifies it (its files' hashes, and that it is the base this code
+and recipe would build: ``stages/release.py``) and copies it into the run folder. The base was built by
+``stages/pretrain.py``: a Qwen2 architecture of about a million parameters and a byte-level BPE
+tokenizer, pretrained for minutes on the synthetic corpus of ``data/corpus.py``; ``r1 base --rebuild``
+does that again and writes a new release, and ``base.release: null`` builds it in the run folder only.
+Either way the base is then probed under the R1-Zero template on held-out problems. The checkpoint is
 an ordinary transformers checkpoint (``save_pretrained``), loaded by every later stage through the same
 code that loads real models.
 """
@@ -20,6 +24,7 @@ from data.templates import r1_zero_prompt
 from eval.runner import evaluate_rows
 from stages.common import check_model_ref, load_sampler, load_tokenizer, release, save_model_atomically
 from stages.pretrain import pretrain_tiny
+from stages.release import build_student_release, register_release, release_path, write_release
 
 log = logging.getLogger("r1")
 
@@ -73,7 +78,8 @@ def check_pretrained(ref: str, *, trust_remote_code: bool) -> dict:
 
 
 def run(ctx) -> Path | str:
-    """Stage body (see stages/runner.py): register a pretrained base, or build the tiny one."""
+    """Stage body (see stages/runner.py): register a pretrained base or a released tiny one, or build the
+    tiny one (``base.release: null``, or ``--rebuild``, which also writes the releases)."""
     recipe, m = ctx.recipe, ctx.manifest
     if recipe.base.pretrained:
         ref = recipe.base.pretrained
@@ -83,19 +89,31 @@ def run(ctx) -> Path | str:
         m.set_input_model(ref)
         return ref
 
-    model, tokenizer, stats = pretrain_tiny(recipe, log=log.info)
-    m.add_input_data("synthetic_corpus", "data/corpus.py (procedural, train-split problems only)",
-                     rows_used=stats["corpus_documents"])
-    m.update_metrics(pretrain=stats)
-
-    checkpoint = save_model_atomically(model, tokenizer, ctx.dir / "checkpoint")
-    check_tokenizer_round_trip(checkpoint, r1_zero_prompt("What is 347 + 589?") + " <think> 7+9=16，写6")
+    checkpoint, loaded = ctx.dir / "checkpoint", None
+    if recipe.base.release and not ctx.rebuild:
+        log.info("base: registering the released base %s (r1 base --rebuild pretrains it again)", recipe.base.release)
+        record = register_release(release_path(recipe.base.release), recipe, checkpoint, field="base.release")
+        m.update_metrics(release={**record, "release": recipe.base.release})  # as the recipe names it
+        m.set_input_model(str(release_path(recipe.base.release)))
+    else:
+        if ctx.rebuild:
+            releases = rebuild_targets(recipe)
+            log.info("base: --rebuild: pretraining from scratch, then writing %s", ", ".join(str(f) for f, _ in releases))
+        model, tokenizer, stats = pretrain_tiny(recipe, log=log.info)
+        m.add_input_data("synthetic_corpus", "data/corpus.py (procedural, train-split problems only)",
+                         rows_used=stats["corpus_documents"])
+        m.update_metrics(pretrain=stats)
+        save_model_atomically(model, tokenizer, checkpoint)
+        check_tokenizer_round_trip(checkpoint, r1_zero_prompt("What is 347 + 589?") + " <think> 7+9=16，写6")
+        loaded = (model, tokenizer)
+        if ctx.rebuild:
+            m.update_metrics(rebuilt=rebuild_releases(recipe, checkpoint, stats))
 
     rows, _, source = load_rows(recipe.data.test, recipe)
     log.info("base: probing %d held-out problems of %s × %d samples at temperature %.1f under the R1-Zero template",
              len(rows), source, recipe.eval.k, recipe.base.probe_temperature)
     sampler, tokenizer = load_sampler(recipe, str(checkpoint), backend=recipe.eval.backend,
-                                      batch_size=recipe.eval.batch_size, loaded=(model, tokenizer))
+                                      batch_size=recipe.eval.batch_size, loaded=loaded)
     try:
         summary = evaluate_rows(sampler, tokenizer, rows, cfg=recipe.eval, seed=recipe.seed, out_dir=ctx.dir / "probe",
                                 name="task_test", temperature=recipe.base.probe_temperature)
@@ -106,3 +124,25 @@ def run(ctx) -> Path | str:
              summary["pass@1"], summary["think_rate"], summary["language_mix_rate"] or 0.0,
              summary["mean_length_tokens"])
     return checkpoint
+
+
+def rebuild_targets(recipe) -> list[tuple[Path, str]]:
+    """The release folders ``--rebuild`` writes: the base's and each tiny student's that names one (checked
+    before anything is built)."""
+    if not recipe.base.release:
+        raise ValueError("--rebuild: the recipe names no base.release to write (base.release is null); "
+                         "without it, r1 base builds the base in the run folder already")
+    return [(release_path(recipe.base.release), "base")] + [(release_path(s.release), s.name)
+                                                             for s in recipe.distill.students
+                                                             if s.release and not s.pretrained]
+
+
+def rebuild_releases(recipe, checkpoint: Path, stats: dict) -> dict:
+    """Write the base just built as the release, then build each student's base that names a release (on
+    the recipe's thread count for ``distill.student_base``) and release it too."""
+    out = {"base": write_release(checkpoint, release_path(recipe.base.release), recipe, stats,
+                                 what=f"the tiny base of recipe {recipe.name}")["build_key"]}
+    for student in recipe.distill.students:
+        if student.release and not student.pretrained:
+            out[student.name] = build_student_release(recipe, student)
+    return out

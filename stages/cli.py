@@ -1,6 +1,7 @@
 """The ``r1`` command: one entry point for every stage, evaluation and status.
 
-    r1 base   --recipe tiny                       build (tiny) or register (real) the base model
+    r1 base   --recipe tiny [--rebuild]           register the released tiny base (--rebuild: pretrain it
+                                                  again and write the release) or a real recipe's model
     r1 stage1 --recipe tiny [--set k=v …] [--resume | --restart]
     r1 pipeline --recipe tiny                     every stage in one process, then status and report
     r1 eval   --model PATH_OR_ID --bench task,gsm8k --k 4 [--limit N]
@@ -16,6 +17,7 @@ qwen2.5-math-7b --resume``.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -41,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name in STAGES:
         _stage_args(sub.add_parser(name, help=f"run the {name} stage"))
+    sub.choices["base"].add_argument(
+        "--rebuild", action="store_true", help="pretrain the tiny base (and the students' released bases) from "
+        "scratch and write them as the recipe's releases (base.release; implies --restart)")
 
     _stage_args(sub.add_parser("pipeline", help="every stage in order in one process (base … distill_rl), then "
                                "status and the report; complete stages are skipped"))
@@ -120,10 +125,10 @@ def cmd_stage(args) -> int:
     setup_logging()
     for i, stage in enumerate(stages):  # r1 pipeline: a later stage's independent work may run beside this one
         run_stage(recipe, stage, stage_body(stage), restart=args.restart,
-                  side_work=side_work_for(stage, stages[i + 1:]))
+                  side_work=side_work_for(stage, stages[i + 1:]), rebuild=getattr(args, "rebuild", False))
     if args.command == "pipeline":  # what `make pipeline` ends with
         cmd_status(argparse.Namespace(run_dir=str(recipe.stage_dir("base").parent)))
-        cmd_report(argparse.Namespace(run_dir=str(recipe.stage_dir("base").parent)))
+        cmd_report(argparse.Namespace(run_dir=str(recipe.stage_dir("base").parent), verdicts=True))
     return 0
 
 
@@ -218,6 +223,11 @@ def cmd_report(args) -> int:
 
     run_dir = Path(args.run_dir) if args.run_dir else load_recipe("tiny").stage_dir("x").parent
     path = build_report(run_dir)
+    if getattr(args, "verdicts", False):  # what `r1 pipeline` ends with: each finding's verdict, one line each
+        summary = json.loads((path.parent / "summary.json").read_text(encoding="utf-8"))
+        print("\nfindings (the rules and numbers are in the report):")
+        for f in summary["findings"]:
+            print(f"  {f['key']} {f['verdict'].upper():<16} {f['claim']}")
     print(f"report: {path}")
     return 0
 

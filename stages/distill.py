@@ -63,14 +63,17 @@ import torch
 from data.datasets import load_rows
 from data.jsonl import atomic_write_json, read_jsonl, read_jsonl_tolerant
 from data.templates import chat_user_message, training_chat_template
+from eval.decode import set_sample_processes
 from stages.common import is_main, load_tokenizer, run_once, save_model_atomically, world_size
 from stages.manifest import MANIFEST_NAME, Manifest, ManifestError, hash_checkpoint
 from stages.pretrain import pretrain_tiny
 from stages.recipe import load_recipe
+from stages.release import register_release, release_path
+from stages.release import student_recipe as _student_recipe
 from stages.rl import METRICS_NAME, evaluate, run_rl
-from stages.runner import StageContext, model_ref, stage_part
+from stages.runner import StageContext, model_ref, stage_part, stage_threads
 from stages.sft import run_sft
-from stages.threads import SideJob, choose_threads, fixed_threads
+from stages.threads import SideJob, fix_threads, fixed_threads
 
 log = logging.getLogger("r1")
 
@@ -212,6 +215,12 @@ def student_base(ctx, student) -> str:
     if "pretrain" in record and target.is_dir():
         return str(target)
     student_recipe = _student_recipe(ctx.recipe, student)
+    if student.release:  # a released base, as the tiny base's (stages/release.py)
+        registered = run_once(register_release, release_path(student.release), student_recipe, target,
+                              field=f"distill.students[{student.name}].release")
+        record["pretrain"] = {"registered": registered, "parameters": registered["built"].get("parameters")}
+        ctx.manifest.save()
+        return str(target)
     with stage_part(ctx, "student_base"):  # on the recipe's count for it: the same as the side work's
         threads = torch.get_num_threads()
         prebuilt = run_once(_adopt_prebuilt, ctx.recipe, student, threads, target)
@@ -232,14 +241,6 @@ def student_base(ctx, student) -> str:
         record["pretrain"] = run_once(build)
     ctx.manifest.save()
     return str(target)
-
-
-def _student_recipe(recipe, student):
-    """The recipe the student's base is built with: the tiny base's, with the student's width, depth and steps."""
-    base = recipe.base
-    pretrain = dataclasses.replace(base.pretrain, steps=student.pretrain_steps or base.pretrain.steps)
-    return dataclasses.replace(recipe, base=dataclasses.replace(base, architecture=student.architecture or
-                                                                base.architecture, pretrain=pretrain))
 
 
 def _build_student_base(student_recipe, target: Path) -> dict:
@@ -263,7 +264,7 @@ def prebuilt_dir(recipe, student) -> Path:
 
 
 def _needs_base(recipe, student) -> bool:
-    if student.pretrained:
+    if student.pretrained or student.release:
         return False
     distill_dir = recipe.stage_dir("distill")
     try:
@@ -289,7 +290,7 @@ def student_bases_job(recipe) -> SideJob | None:
 
 def side_base_threads(recipe) -> int:
     """The thread count the side work builds the students' bases on: distill's for them (else 1)."""
-    return recipe.threads.get("distill.student_base") or 1
+    return recipe.threads.get("distill.student_base") or stage_threads(recipe, "distill") or 1
 
 
 def _write_recipe_json(recipe) -> Path:
@@ -303,7 +304,7 @@ def _write_recipe_json(recipe) -> Path:
 def _prebuild(recipe_json: Path, names: list[str]) -> None:
     """The side work's body (``python -m stages.distill prebuild RECIPE_JSON NAME…``)."""
     recipe = load_recipe(str(recipe_json))  # the resolved recipe, as JSON (which YAML reads)
-    threads = choose_threads()["threads"]  # R1_THREADS, set by the SideJob
+    threads = fix_threads(None)["threads"]  # R1_THREADS, set by the SideJob
     for student in (s for s in recipe.distill.students if s.name in names):
         folder = prebuilt_dir(recipe, student)
         shutil.rmtree(folder, ignore_errors=True)  # a stale or half-written one
@@ -363,18 +364,23 @@ def control_job(recipe) -> SideJob | None:
     """Start the control's GRPO training in another process; None when distill_rl could not adopt it (no
     fixed thread count for distill_rl in the recipe, a pretrained student, evaluations during training, no
     student base ready) or has trained already."""
-    cfg, threads = recipe.distill.control, recipe.threads.get("distill_rl")
+    cfg, threads = recipe.distill.control, stage_threads(recipe, "distill_rl")
     if not recipe.distill.students or threads is None or cfg.eval_steps or cfg.eval_every:
         return None  # without the recipe's count, distill_rl measures its own, which cannot be known here
     fixed = fixed_threads()
     if fixed is not None and fixed[0] != threads:
-        return None  # distill_rl will run on the count fixed there (stages.threads.choose_threads), not the recipe's
+        return None  # distill_rl will run on the count fixed there (stages.threads.fixed_threads), not the recipe's
     name = control_student(recipe)
     spec = next(s for s in recipe.distill.students if s.name == name)
     if spec.pretrained or _control_trained(recipe):
         return None
+    done = control_prebuilt_dir(recipe, name) / PREBUILT_INFO
+    if done.is_file() and json.loads(done.read_text(encoding="utf-8")).get("recipe_hash") == recipe.hash():
+        return None  # trained beside an earlier part of the stage already
     prebuilt = prebuilt_dir(recipe, spec) / "model"
-    if _prebuilt(recipe, spec, side_base_threads(recipe), placed=None) is not None:
+    if spec.release:
+        base = release_path(spec.release)  # the released base, whose files distill registers (the same hashes)
+    elif _prebuilt(recipe, spec, side_base_threads(recipe), placed=None) is not None:
         base = prebuilt  # the side work's, which distill will adopt
     elif not _needs_base(recipe, spec):
         base = recipe.stage_dir("distill") / name / "base"  # distill's, recorded
@@ -397,7 +403,8 @@ def _prebuild_control(recipe_json: Path, base: str) -> None:
     """The side work's body (``python -m stages.distill prebuild-control RECIPE_JSON BASE``): run_rl as
     distill_rl runs it, without its evaluations, in a scratch stage folder."""
     recipe = load_recipe(str(recipe_json))
-    threads = choose_threads()["threads"]  # R1_THREADS, set by the SideJob
+    threads = fix_threads(None)["threads"]  # R1_THREADS, set by the SideJob
+    set_sample_processes(recipe.sample_processes)  # as distill_rl samples: the same draws
     name = control_student(recipe)
     folder = control_prebuilt_dir(recipe, name)
     shutil.rmtree(folder, ignore_errors=True)  # a stale or half-trained one

@@ -98,10 +98,24 @@ def git_commit() -> str | None:
         return None
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; the platform's processor elsewhere): floating-point sums,
+    and so a run's draws, can differ between CPUs (their kernels differ), so runs record it."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def device_info() -> dict[str, Any]:
     import torch
 
-    info = {"host": socket.gethostname(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
+    info = {"host": socket.gethostname(), "platform": platform.platform(), "cpu": cpu_model(),
+            "cpu_count": os.cpu_count(), "bf16_kernels": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
             "torch_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available()}
     if torch.cuda.is_available():
         info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]

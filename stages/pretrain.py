@@ -133,17 +133,54 @@ def make_batches(docs, rows, batch_size: int, how: str, rng: random.Random) -> l
     return batches
 
 
-@timed_as("pretraining")
-def pretrain_tiny(recipe, log=print):
-    """Build tokenizer + model and pretrain them; returns (model, tokenizer, stats)."""
+def corpus_and_tokenizer(recipe):
+    """The pretraining corpus (``steps × batch_size`` documents of ``data/corpus.py``) and the tokenizer
+    trained on its first 20,000 documents: everything a tiny base is built from besides its settings."""
     cfg = recipe.base
-    set_seed(recipe.seed)
     world = TaskWorld.from_recipe(recipe)
-    n_docs = cfg.pretrain.steps * cfg.pretrain.batch_size
-    t0 = time.time()
-    docs = corpus_documents(world, cfg.corpus, n_docs, seed=recipe.seed)
+    docs = corpus_documents(world, cfg.corpus, cfg.pretrain.steps * cfg.pretrain.batch_size, seed=recipe.seed)
     tokenizer = build_tokenizer((d["prompt"] + d["completion"] for d in docs[:20_000]),
                                 vocab_size=cfg.architecture.tokenizer_vocab_size)
+    return docs, tokenizer
+
+
+def build_settings(recipe) -> dict:
+    """The recipe fields a tiny base's weights depend on (besides the machine: threads, bf16 kernels)."""
+    import dataclasses
+
+    return {"seed": recipe.seed, "task_world": dataclasses.asdict(recipe.task_world),
+            "base.architecture": dataclasses.asdict(recipe.base.architecture),
+            "base.corpus": dataclasses.asdict(recipe.base.corpus),
+            "base.pretrain": {k: v for k, v in dataclasses.asdict(recipe.base.pretrain).items() if k != "log_every"}}
+
+
+def build_key(recipe, docs, tokenizer) -> dict:
+    """What decides a tiny base, as hashes: the generated corpus (every document, in order), the tokenizer
+    trained on it (its ``tokenizer.json`` before the summary tokens), and the settings
+    (:func:`build_settings`). A released base records the key it was built with (``stages/release.py``);
+    this code and recipe giving another key means the release is stale."""
+    import hashlib
+    import json
+
+    corpus = hashlib.sha256()
+    for d in docs:
+        corpus.update(json.dumps(d, sort_keys=True, ensure_ascii=False).encode() + b"\n")
+    settings = json.dumps(build_settings(recipe), sort_keys=True, ensure_ascii=False).encode()
+    return {"corpus_sha256": corpus.hexdigest(),
+            "tokenizer_sha256": hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode()).hexdigest(),
+            "settings_sha256": hashlib.sha256(settings).hexdigest()}
+
+
+@timed_as("pretraining")
+def pretrain_tiny(recipe, log=print):
+    """Build tokenizer + model and pretrain them; returns (model, tokenizer, stats). ``stats["build_key"]``
+    is :func:`build_key`, ``stats["threads"]`` the torch threads it summed on."""
+    cfg = recipe.base
+    set_seed(recipe.seed)
+    n_docs = cfg.pretrain.steps * cfg.pretrain.batch_size
+    t0 = time.time()
+    docs, tokenizer = corpus_and_tokenizer(recipe)
+    key = build_key(recipe, docs, tokenizer)
     eos = tokenizer.eos_token_id
     prompts = tokenizer([d["prompt"] for d in docs], add_special_tokens=False)["input_ids"]
     completions = tokenizer([d["completion"] for d in docs], add_special_tokens=False)["input_ids"]
@@ -210,6 +247,8 @@ def pretrain_tiny(recipe, log=print):
         "loss_curve": losses[:: max(1, len(losses) // 50)],
         "pretrain_seconds": time.time() - t_train,
         "bf16_autocast": bf16,
+        "threads": torch.get_num_threads(),
+        "build_key": key,
     }
     add_summary_tokens(tokenizer, model)  # after pretraining: see data/tokenizer.py
     stats["vocab_size"] = len(tokenizer)

@@ -186,10 +186,12 @@ class PretrainConfig:
 
 @dataclass
 class BaseConfig:
-    """The base stage: build-and-pretrain the tiny model, or register a pretrained one.
+    """The base stage: register a pretrained model, or the released tiny one, or build the tiny one.
 
     ``pretrained``: a hub id or local path; when set, nothing is trained and the stage records the
-    model. When null, the tiny architecture is built and pretrained on the synthetic corpus.
+    model. ``release``: the tiny base released with the repository, registered when it is the one this
+    code and recipe build (``stages/release.py``). Both null: the tiny architecture is built and
+    pretrained on the synthetic corpus in the run folder.
     """
 
     pretrained: str | None = None
@@ -205,6 +207,10 @@ class BaseConfig:
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     probe_temperature: float = 1.0  # the base probe samples at T=1.0 (how often does it reason?)
+    # the tiny base released with the repository (a folder with release.json: stages/release.py), registered
+    # instead of pretrained when it is the base this code and recipe build; null: pretrain it in the run
+    # folder. Unused when pretrained is set
+    release: str | None = None
 
 
 @dataclass
@@ -818,6 +824,8 @@ class StudentSpec:
     key_value_heads: int | None = None
     architecture: TinyArchitecture | None = None
     pretrain_steps: int | None = None
+    # its released base (stages/release.py), as base.release; null: built in distill. Unused with pretrained
+    release: str | None = None
 
     def __post_init__(self):
         if not plain_folder_name(self.name):
@@ -1007,9 +1015,12 @@ class Recipe:
     run_root: str = "runs"
     trust_remote_code: bool = False
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    # torch threads on the CPU, at most, per stage or part of a stage (``stage4`` or ``stage4.sft`` → count;
-    # stages/threads.py measures the free cores; the parts are stages.runner.STAGE_PARTS)
+    # the parallel layout on the CPU, fixed (stages/threads.py): torch threads per stage or part of a stage
+    # (``default``, ``stage4`` or ``stage4.sft`` → count; the parts are stages.runner.STAGE_PARTS; none given:
+    # torch's default), and the single-threaded processes the CPU sampler shares its batches out between
+    # (null: one per torch thread)
     threads: dict[str, int] = field(default_factory=dict)
+    sample_processes: int | None = None
     task_world: TaskWorldConfig | None = field(default_factory=TaskWorldConfig)
     data: DataConfig = field(default_factory=DataConfig)
     base: BaseConfig = field(default_factory=BaseConfig)
@@ -1031,6 +1042,8 @@ class Recipe:
                              "it names the run folder <run_root>/<name>")
         if any(n < 1 for n in self.threads.values()):
             raise ValueError(f"threads: {self.threads}: every count must be at least 1")
+        if self.sample_processes is not None and self.sample_processes < 1:
+            raise ValueError(f"sample_processes: {self.sample_processes} must be at least 1 (or null)")
         if not 0 <= self.seed < 2**32:
             raise ValueError(f"seed: {self.seed} must be in [0, 2**32) (torch, numpy and TRL take it)")
 

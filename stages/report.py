@@ -242,6 +242,49 @@ def side_work_lines(run: dict) -> list[str]:
     return lines + [""] if lines else []
 
 
+def provenance_lines(run: dict) -> list[str]:
+    """Where the run started (the base: registered from a release, registered pretrained, or built here),
+    the machine it ran on against the one the base was released from, and its parallel layout (fixed by
+    the recipe: a neighbour slows a run, it does not change its numbers)."""
+    base = run.get("base")
+    if base is None:
+        return []
+    metrics, lines = base.data.get("metrics", {}), []
+    release = metrics.get("release")
+    device = base.data.get("device") or {}
+    if release:
+        built = release.get("built") or {}
+        lines.append(f"- **Base: registered, not built.** The released base `{release['release']}` (built "
+                     f"{built.get('date', '?')} at commit `{built.get('commit', '?')}` on {(built.get('machine') or {}).get('cpu', '?')}, "
+                     f"{built.get('threads', '?')} thread(s), {built.get('pretrain_seconds', '?')} s of pretraining): its "
+                     f"{release.get('files_verified', '?')} files' hashes and its build key (corpus, tokenizer, settings) "
+                     "verified against this code; `make rebuild-base` pretrains it again.")
+        reference = (built.get("machine") or {}).get("cpu")
+        if reference and device.get("cpu") and device["cpu"] != reference:
+            lines.append(f"- **This run's CPU differs from the one the release was built on** ({device['cpu']} against "
+                         f"{reference}): floating-point sums differ between CPUs' kernels, so this run's numbers are "
+                         "other draws than the README's (compare intervals, not digits).")
+        elif reference:
+            lines.append(f"- CPU: {device.get('cpu', '?')}, the kind the release (and the README's numbers) came from.")
+    elif (base.data.get("inputs") or {}).get("model") and "pretrain" not in metrics:
+        lines.append(f"- Base: registered pretrained model `{(base.data['inputs']['model'].get('ref'))}`.")
+    elif "pretrain" in metrics:
+        lines.append(f"- Base: built in this run ({metrics['pretrain'].get('pretrain_seconds', 0):.0f} s of pretraining"
+                     f"{', and written as the release: r1 base --rebuild' if metrics.get('rebuilt') else ''}).")
+    layouts, busy = set(), 0.0
+    for m in run.values():
+        t = (m.data.get("metrics", {}).get("threads") if m else None) or {}
+        if t:
+            layouts.add((t.get("threads"), t.get("sample_processes"), t.get("chosen_by")))
+            busy = max(busy, t.get("busy_elsewhere") or 0.0)
+    if layouts:
+        shown = "; ".join(f"{th} thread(s), {sp} sampling process(es) ({by})" for th, sp, by in sorted(layouts, key=str))
+        lines.append(f"- Parallel layout (fixed by the recipe, `stages/threads.py`): {shown}. Other processes were busy "
+                     f"on up to {busy:.1f} cores when a stage started" + (": they slowed the run, they did not change its "
+                                                                          "numbers." if busy >= 0.5 else "."))
+    return lines + [""] if lines else []
+
+
 def _seconds(kinds: dict | None, kind: str) -> str:
     if kinds is None:
         return "–"
@@ -322,7 +365,7 @@ def build_report(run_dir: Path) -> Path:
              "process's start to the stage body; `core GFLOP/s`: one core's fp32 matmul speed when the stage "
              "started → ended, to compare minutes across runs on a machine whose speed drifts):", "",
              _table(["stage", "wall", *KINDS, "threads", "core GFLOP/s"], time_rows(run)), ""]
-    parts += side_work_lines(run) + ["## Findings", ""]
+    parts += provenance_lines(run) + side_work_lines(run) + ["## Findings", ""]
     seeds = _seeds(run_dir)
     parts.append(f"Training seeds measured: {seeds}" + (" (one seed: run `make findings` for more)"
                                                           if len(seeds) == 1 else " (`make findings`)") + ".")

@@ -12,8 +12,8 @@
   a second run of the same folder refuses, naming that process; ``r1 status`` shows it running.
 - Any exception marks the manifest ``failed`` with the error, then propagates. A SIGKILL leaves
   ``running``: never ``complete``, because ``complete`` is the last thing a stage writes.
-- Before the body, the stage fixes torch's thread count to the cores other processes leave free
-  (``stages/threads.py``) and records it in ``metrics.threads``.
+- Before the body, the stage fixes torch's thread count to the recipe's (``threads``, ``stages/threads.py``)
+  and the CPU sampler's processes (``sample_processes``), and records both in ``metrics.threads``.
 - Under several processes (``scripts/launch``) every process runs the body; only the main one writes
   the manifest and the outputs (``stages.common``), the others wait at barriers.
 """
@@ -33,10 +33,11 @@ from pathlib import Path
 import torch
 
 from data import timing
+from eval.decode import set_sample_processes
 from stages import cards
 from stages.common import barrier, init_distributed, is_main, peak_rss_mb, rank, world_size
 from stages.manifest import MANIFEST_NAME, Manifest, ManifestError, require_parent
-from stages.threads import choose_threads, core_speed, part_threads
+from stages.threads import core_speed, cores, fix_threads, part_threads
 
 log = logging.getLogger("r1")
 _first_stage_of_process = True
@@ -91,6 +92,8 @@ class StageContext:
     # The body took a later stage's work done beside an earlier one instead of doing it (distill_rl's
     # training): ``stages.trainer.begin`` treats it as finished, as for a resumed run.
     adopted: bool = False
+    # r1 base --rebuild: pretrain the tiny base from scratch and write the releases (stages/release.py)
+    rebuild: bool = False
 
 
 @contextmanager
@@ -109,10 +112,15 @@ def part_count(ctx: StageContext, part: str) -> int | None:
     return ctx.recipe.threads.get(f"{ctx.stage}.{part}")
 
 
+def stage_threads(recipe, stage: str) -> int | None:
+    """The recipe's thread count for ``stage``: its own, else ``default`` (None: torch's default)."""
+    return recipe.threads.get(stage, recipe.threads.get("default"))
+
+
 @contextmanager
 def side_work(ctx: StageContext, later: str, parts: tuple[str, ...], *, pending: bool = True):
     """``with side_work(ctx, "distill", ("sft",)):`` around those parts of the stage: when every one of them
-    leaves a core free (its count in the recipe's ``threads`` is below the stage's) and the command runs
+    leaves a core free (its count in the recipe's ``threads`` is below the machine's cores) and the command runs
     ``later`` afterwards (:attr:`StageContext.side_work`), ``later``'s independent work runs meanwhile in
     another process (:data:`SIDE_WORK`). The block's end waits for it; a failure in the block stops it.
     ``pending=False`` (the parts are done already and will be skipped) asks for none. The counts come from
@@ -120,7 +128,7 @@ def side_work(ctx: StageContext, later: str, parts: tuple[str, ...], *, pending:
     manifest records what ran (``metrics.side_work.<later>``)."""
     job, start = None, ctx.side_work.get(later)
     counts = [part_count(ctx, p) or torch.get_num_threads() for p in parts]
-    if pending and start is not None and max(counts) < torch.get_num_threads() and is_main() and world_size() == 1:
+    if pending and start is not None and max(counts) < cores() and is_main() and world_size() == 1:
         job = start(ctx.recipe)
     try:
         yield
@@ -135,7 +143,11 @@ def side_work(ctx: StageContext, later: str, parts: tuple[str, ...], *, pending:
 
 
 def setup_logging(log_file: Path | None = None) -> None:
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stdout)]
+    """The project's lines on the terminal and in ``log_file``; trainers' per-step rows (logger
+    ``r1.steps``: ``stages.trainer.StepProgress``) in the file only."""
+    terminal = logging.StreamHandler(sys.stdout)
+    terminal.addFilter(lambda record: not record.name.startswith("r1.steps"))
+    handlers: list[logging.Handler] = [terminal]
     if log_file is not None:
         log_file.parent.mkdir(parents=True, exist_ok=True)
         handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
@@ -143,11 +155,24 @@ def setup_logging(log_file: Path | None = None) -> None:
                         datefmt="%H:%M:%S", handlers=handlers, force=True)
     for noisy in ("httpx", "urllib3", "datasets", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    from transformers.utils import logging as hf_logging
+
+    # transformers' bars for loading and saving a checkpoint ("Loading weights", "Writing model shards"): one
+    # per evaluation and checkpoint, each done in a blink on the tiny model; the stages' own bars say more
+    hf_logging.disable_progress_bar()
+    import datasets
+
+    datasets.disable_progress_bars()  # TRL's dataset preparation (templating, tokenizing): seconds, several bars
+    # the tiny model's checkpoints come less than a second apart, so transformers sorts them by number, not
+    # mtime, and says so: the right order, no news to a user
+    logging.getLogger("transformers.trainer_utils").addFilter(
+        lambda record: "mtime may not be reliable" not in record.getMessage())
 
 
 def run_stage(recipe, stage: str, body: Callable[[StageContext], Path | str | None], *,
               restart: bool = False, stage_dir: Path | None = None, parent_dir: Path | None = None,
-              reuse: dict | None = None, side_work: dict[str, Callable] | None = None) -> Manifest:
+              reuse: dict | None = None, side_work: dict[str, Callable] | None = None,
+              rebuild: bool = False) -> Manifest:
     """Run ``body`` as stage ``stage`` of ``recipe`` under the manifest lifecycle, after checking the
     parent the stage table (:data:`STAGES`) names: its manifest is complete, of that stage, and its
     checkpoint unchanged.
@@ -155,7 +180,8 @@ def run_stage(recipe, stage: str, body: Callable[[StageContext], Path | str | No
     ``body`` returns the output checkpoint folder (hashed into the manifest) or a model reference
     string (a hub id) or None. ``stage_dir``/``parent_dir`` put the run and find its parent elsewhere
     than the recipe's ``runs/<recipe>/<stage>`` (the findings' extra seeds and variants). ``side_work``:
-    see :attr:`StageContext.side_work` (:func:`side_work_for` gives a stage's).
+    see :attr:`StageContext.side_work` (:func:`side_work_for` gives a stage's). ``rebuild``: the base
+    stage pretrains from scratch and writes the recipe's releases (``r1 base --rebuild``; implies ``restart``).
     """
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; known: {', '.join(STAGES)}")
@@ -166,14 +192,15 @@ def run_stage(recipe, stage: str, body: Callable[[StageContext], Path | str | No
     if is_main():
         lock_stage(stage_dir)  # a second run of the same stage folder refuses, naming the first one's process
     try:
-        return _run_locked(recipe, stage, body, stage_dir, parent_stage, restart, parent_dir, reuse, side_work)
+        return _run_locked(recipe, stage, body, stage_dir, parent_stage, restart or rebuild, parent_dir, reuse,
+                           side_work, rebuild)
     finally:
         unlock_stage(stage_dir)
 
 
 def check_threads_keys(threads: dict) -> None:
     """The recipe's ``threads`` names stages and parts of stages that exist."""
-    known = [*STAGES, *(f"{s}.{p}" for s, parts in STAGE_PARTS.items() for p in parts)]
+    known = ["default", *STAGES, *(f"{s}.{p}" for s, parts in STAGE_PARTS.items() for p in parts)]
     unknown = sorted(set(threads) - set(known))
     if unknown:
         raise ValueError(f"threads: unknown stage or part {', '.join(unknown)}; known: {', '.join(known)}")
@@ -193,7 +220,7 @@ def side_work_for(stage: str, later: list[str]) -> dict[str, Callable]:
 
 
 def _run_locked(recipe, stage, body, stage_dir: Path, parent_stage, restart, parent_dir, reuse,
-                side_work) -> Manifest:
+                side_work, rebuild) -> Manifest:
     if parent_stage:
         parent = require_parent(Path(parent_dir) if parent_dir is not None else recipe.stage_dir(parent_stage),
                                 parent_stage, parent_stage)
@@ -233,13 +260,15 @@ def _run_locked(recipe, stage, body, stage_dir: Path, parent_stage, restart, par
 
     setup_logging(stage_dir / ("stage.log" if is_main() else f"stage.rank{rank()}.log"))
     manifest = Manifest.start(stage_dir, stage, recipe, parent=parent, resumed=resumed)
-    ctx = StageContext(recipe, stage, stage_dir, manifest, parent, resumed, dict(reuse or {}), dict(side_work or {}))
-    threads = choose_threads(at_most=recipe.threads.get(stage))  # fixed for the stage: see stages/threads.py
+    ctx = StageContext(recipe, stage, stage_dir, manifest, parent, resumed, dict(reuse or {}), dict(side_work or {}),
+                       rebuild=rebuild)
+    threads = fix_threads(stage_threads(recipe, stage))  # the recipe's, for the whole stage: stages/threads.py
+    threads["sample_processes"] = set_sample_processes(recipe.sample_processes)
     speed = {"start": core_speed()}  # the machine's speed, to compare this stage's minutes with other runs'
     manifest.update_metrics(threads=threads, core_gflops=speed)
-    log.info("%s: %d torch threads on %d cores (%s%s)", stage, threads["threads"], threads["cores"],
-             threads["chosen_by"], f", other processes busy on {threads['busy_elsewhere']} cores"
-             if "busy_elsewhere" in threads else "")
+    log.info("%s: %d torch thread(s), %d sampling process(es) on %d cores (%s%s)", stage, threads["threads"],
+             threads["sample_processes"], threads["cores"], threads["chosen_by"],
+             f"; other processes busy on {threads['busy_elsewhere']} cores" if threads.get("busy_elsewhere") else "")
     global _first_stage_of_process
     startup = timing.process_age() if _first_stage_of_process else 0.0  # interpreter, imports, recipe
     _first_stage_of_process = False

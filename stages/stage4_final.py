@@ -94,10 +94,12 @@ def run(ctx, callbacks=None) -> Path:
     with substep(m, "rejection"), stage_part(ctx, "rejection"):
         reasoning = rejection_step(ctx, model_ref(ctx.parent))
     # stage 4's SFT, reward models and final RL run on the recipe's thread counts for them ("stage4.sft"…); a
-    # core they leave free does later stages' independent work (stages.runner.side_work): distill's student
-    # base beside the SFT, then distill_rl's training of the control on that base beside the rest
+    # core they leave free does later stages' independent work (stages.runner.side_work): beside the SFT,
+    # distill's student base when it is not released, else distill_rl's training of the control on the
+    # released one; the control beside the rest when its base was built beside the SFT
     sft_pending = done.get("sft", {}).get("status") != "complete"
-    with side_work(ctx, "distill", ("sft",), pending=sft_pending), substep(m, "sft"), stage_part(ctx, "sft"):
+    with side_work(ctx, "distill", ("sft",), pending=sft_pending), \
+            side_work(ctx, "distill_rl", ("sft",), pending=sft_pending), substep(m, "sft"), stage_part(ctx, "sft"):
         mix = sft_mix(reasoning, general_train, cfg.general, seed=recipe.seed)
         write_jsonl_atomic(ctx.dir / "sft_mix.jsonl", mix)
         m.update_metrics(sft_mix={"reasoning": len(reasoning), "general": len(mix) - len(reasoning),

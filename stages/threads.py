@@ -1,29 +1,28 @@
-"""How many threads torch uses on the CPU: the cores that no other process is using when a stage starts.
+"""The parallel layout of a stage on the CPU: how many torch threads it sums on, and how many processes
+sample. Both are fixed by the recipe, never measured, so that a run computes the same numbers whatever
+else the machine runs.
 
-torch's OpenMP threads meet at a barrier after every operator, and the tiny model's operators take
-microseconds. With as many threads as cores and one other busy process on the machine, one of the
-threads is often descheduled and the other waits for it at every barrier, so the run slows far beyond
-the share of the machine the neighbour takes (measured on 2 cores with scripts/bench_neighbour.py:
-docs/speed.md). One thread fewer than the cores in use loses only that share. So, before a stage
-starts, :func:`choose_threads` measures for a moment how much of the machine other processes use
-(``/proc/stat``'s time in processes, less this process's own; the least of three short windows, so that
-a passing command is not taken for a neighbour) and leaves them those cores.
+torch splits a reduction between its threads, so another thread count gives other (equally valid)
+floating-point sums, and from the first changed step on every stage is another draw. A stage is
+reproducible bit for bit only at one count, so the count is a property of the recipe (``threads``: a
+``default`` and per-stage or per-part counts), recorded in every manifest (``metrics.threads``), like the
+number of GPUs of a real run.
 
-The count is fixed for the whole stage, not adjusted as neighbours come and go: torch splits a reduction
-between its threads, so another count gives other (equally valid) floating-point sums, and a stage is
-reproducible bit for bit only at one count. The manifest records the count (``metrics.threads``). A
-neighbour that starts in the middle of a stage still slows that stage beyond its share.
+Why the tiny recipe trains on **one** thread: torch's OpenMP threads meet at a barrier after every
+operator, and the tiny model's operators take microseconds; with 2 threads on 2 cores beside one other
+busy process, one thread is often descheduled and the other waits for it at every barrier, and the run
+slows several times beyond the neighbour's share (docs/speed.md). A single-threaded process beside a
+neighbour loses at most the neighbour's share of the machine. The cores are used by processes instead:
+the CPU sampler shares its batches out between ``sample_processes`` single-threaded processes (a count
+the recipe fixes too: the global generator seeds one stream per process in ``eval.decode.fast_generate``),
+and side work (a later stage's independent training, :class:`SideJob`) runs on the core a one-thread
+part leaves free.
 
-Who decides, first match wins: ``R1_THREADS=N`` (fixed; e.g. for bit-for-bit comparisons between runs
-on a busy machine), then ``OMP_NUM_THREADS`` when it is set (a launcher's choice, e.g. torchrun's one
-thread per process), then the measurement, capped by the recipe's ``threads`` for the stage; on a
-machine with a CUDA device, torch's own default.
-
-**Parts of a stage** may run on fewer threads than the stage (the recipe's ``threads: {"stage4.sft": 1}``,
-:func:`part_threads`): a part whose operators are too small to gain from a second thread leaves that core
-to **side work**, a later stage's independent work in a single-threaded process (:class:`SideJob`; the
-pipeline builds the distillation student's base beside stage 4's SFT). The part's count comes from the
-recipe, not from whether side work runs, so a stage computes the same numbers with or without it.
+Who decides the thread count, first match wins: ``R1_THREADS=N`` (side work's processes; a user's
+override, recorded), then ``OMP_NUM_THREADS`` when it is set (a launcher's choice, e.g. torchrun's one
+thread per process), then the recipe's ``threads`` (the stage's, else ``default``), else torch's default
+(every core; a CUDA machine always). The manifest also records how busy other processes were when the
+stage started (``metrics.threads.busy_elsewhere``): it explains a slow run, it decides nothing.
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ import torch
 from data import timing
 from eval.decode import die_with_parent
 
-__all__ = ["SideJob", "busy_elsewhere", "choose_threads", "core_speed", "fixed_threads", "part_threads"]
+__all__ = ["SideJob", "busy_elsewhere", "core_speed", "cores", "fix_threads", "fixed_threads", "part_threads"]
 
 log = logging.getLogger("r1")
 
@@ -103,9 +102,8 @@ def core_speed(seconds: float = 0.06, windows: int = 3) -> float:
 
 
 def fixed_threads() -> tuple[int, str] | None:
-    """The thread count fixed outside the recipe and the measurement, and by what: ``R1_THREADS``, then
-    ``OMP_NUM_THREADS`` (a launcher's), then torch's own default on a CUDA machine; None when a stage
-    measures its own (:func:`choose_threads`)."""
+    """The thread count fixed outside the recipe, and by what: ``R1_THREADS``, then ``OMP_NUM_THREADS`` (a
+    launcher's); None when the recipe decides."""
     fixed = os.environ.get("R1_THREADS", "").strip()
     if fixed:
         if not fixed.isdigit() or int(fixed) < 1:
@@ -113,38 +111,40 @@ def fixed_threads() -> tuple[int, str] | None:
         return int(fixed), "R1_THREADS"
     if os.environ.get("OMP_NUM_THREADS"):
         return torch.get_num_threads(), "OMP_NUM_THREADS"
-    if torch.cuda.is_available():
-        return torch.get_num_threads(), "torch (CUDA machine)"
     return None
 
 
-def choose_threads(*, measure_seconds: float = 0.6, at_most: int | None = None) -> dict:
-    """Set torch's intra-op threads for this stage; returns what was decided and why (for the manifest).
-    ``at_most``: the recipe's cap for this stage (``threads``), applied to the measured count: a model so
-    small that its operators take microseconds can run faster on one thread than on two."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+def cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def fix_threads(count: int | None, *, measure_seconds: float = 0.3) -> dict:
+    """Set torch's intra-op threads for this stage to ``count`` (the recipe's; None: torch's default),
+    unless fixed outside the recipe (:func:`fixed_threads`); returns what was decided and by what, and how
+    busy other processes were (for the manifest)."""
     fixed = fixed_threads()
     if fixed is not None:
-        torch.set_num_threads(fixed[0])
-        return {"threads": fixed[0], "cores": cores, "chosen_by": fixed[1]}
-    elsewhere = busy_elsewhere(measure_seconds)
-    if elsewhere is None:
-        return {"threads": torch.get_num_threads(), "cores": cores, "chosen_by": "torch (no /proc/stat)"}
-    threads = max(1, cores - int(elsewhere + 0.5))  # a neighbour using half a core or more gets a core
-    capped = at_most is not None and at_most < threads
-    threads = at_most if capped else threads
+        threads, by = fixed
+    elif torch.cuda.is_available() or count is None:
+        threads, by = torch.get_num_threads(), "torch (CUDA machine)" if torch.cuda.is_available() else \
+            "torch (the recipe fixes no count)"
+    else:
+        threads, by = count, "recipe"
     torch.set_num_threads(threads)
-    return {"threads": threads, "cores": cores, "busy_elsewhere": round(elsewhere, 2),
-            "chosen_by": "measured, capped by the recipe's threads" if capped else "measured"}
+    out = {"threads": threads, "cores": cores(), "chosen_by": by}
+    elsewhere = busy_elsewhere(measure_seconds)
+    if elsewhere is not None:
+        out["busy_elsewhere"] = round(elsewhere, 2)
+    return out
 
 
 @contextmanager
-def part_threads(at_most: int | None):
-    """Run the block on at most ``at_most`` torch threads (None: the stage's count); the stage's count is
-    restored afterwards."""
+def part_threads(count: int | None):
+    """Run the block on ``count`` torch threads (None: the stage's count); the stage's count is restored
+    afterwards."""
     before = torch.get_num_threads()
-    now = min(before, at_most) if at_most else before
-    torch.set_num_threads(now)
+    torch.set_num_threads(count or before)
     try:
         yield
     finally:

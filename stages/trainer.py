@@ -34,6 +34,7 @@ import logging
 import math
 import os
 import shutil
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,13 @@ from data.timing import timed
 from stages.common import barrier, is_main, pick_device, save_model_atomically, world_size
 
 log = logging.getLogger("r1")
+
+# TRL 1.16 still uses transformers' pre-5 names for activation checkpointing (GRPOConfig's
+# ``gradient_checkpointing`` field; ``is_gradient_checkpointing`` and ``gradient_checkpointing_disable/enable``
+# around every generation); transformers 5 keeps them as aliases that warn at each use. The calls are TRL's,
+# not the project's (stages/trainer.py passes the new name where transformers has it): filtered, this one only.
+warnings.filterwarnings("ignore", category=FutureWarning,
+                        message=r"`(is_)?gradient_checkpointing(_enable|_disable)?` is deprecated")
 
 CHECKPOINT_PREFIX = "checkpoint-"
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -363,6 +371,7 @@ def fit(make_trainer: Callable[[], object], start: Start, steps: int, model):
         log.info("training had finished (%s); taking its weights", start.resume_from)
         return trained_weights(model, start.resume_from), start.from_step, None
     trainer = make_trainer()
+    StepProgress.install(trainer)
     with timed("training"):
         trainer.train(resume_from_checkpoint=str(start.resume_from) if start.resume_from else None)
     unwrapped = trainer.accelerator.unwrap_model(trainer.model)
@@ -573,6 +582,54 @@ def progress_evaluator(recipe, tokenizer, rows: list[dict], prompt_template: str
         return {"eval_pass@1": round(summary["pass@1"], 4)}
 
     return evaluate
+
+
+STEP_LOG = "r1.steps"  # the logger of every trainer's per-step rows: the stage's log file, not the terminal
+
+
+class StepProgress(TrainerCallback):
+    """The terminal's view of a trainer: one progress bar (steps, elapsed, the latest loss, reward and
+    held-out pass@1), in place of transformers' bar and its printed ``{'loss': …}`` dictionaries. The
+    full rows go to the stage's log file (logger :data:`STEP_LOG`, kept off the terminal by
+    ``stages.runner.setup_logging``) and to the stage's metrics file (its other callbacks)."""
+
+    SHOWN = {"loss": "loss", "reward": "reward", "eval_pass@1": "pass@1"}
+
+    def __init__(self):
+        self.bar = None
+
+    @classmethod
+    def install(cls, trainer) -> None:
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+        trainer.remove_callback(ProgressCallback)
+        trainer.remove_callback(PrinterCallback)
+        trainer.add_callback(cls())
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=state.max_steps, initial=state.global_step, desc="training", unit="step",
+                            dynamic_ncols=True)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.update(state.global_step - self.bar.n)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        logging.getLogger(STEP_LOG).info("step %d %s", state.global_step, json.dumps(logs, default=str))
+        if self.bar is not None:
+            shown = {label: f"{logs[k]:.3g}" for k, label in self.SHOWN.items() if isinstance(logs.get(k), int | float)}
+            if shown:
+                self.bar.set_postfix(shown, refresh=False)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 class LossLog(TrainerCallback):

@@ -12,9 +12,10 @@ from pathlib import Path
 
 from stages.recipe import load_recipe
 
-# A base model small enough to build in seconds: shared by the tests of every stage.
+# A base model small enough to build in seconds (in the run folder: base.release=null), shared by the tests
+# of every stage.
 SMALL = [
-    "base.architecture.hidden_size=32", "base.architecture.num_hidden_layers=2",
+    "base.release=null", "base.architecture.hidden_size=32", "base.architecture.num_hidden_layers=2",
     "base.architecture.num_attention_heads=2", "base.architecture.num_key_value_heads=2",
     "base.architecture.intermediate_size=64", "base.pretrain.steps=60", "base.pretrain.batch_size=32",
     "base.pretrain.warmup_steps=5", "base.pretrain.log_every=10", "base.pretrain.learning_rate=1e-2",
@@ -22,7 +23,7 @@ SMALL = [
 ]
 
 MICRO = [
-    "base.pretrain.steps=30", "base.pretrain.batch_size=32", "base.pretrain.warmup_steps=5", "base.architecture.hidden_size=32",
+    "base.release=null", "base.pretrain.steps=30", "base.pretrain.batch_size=32", "base.pretrain.warmup_steps=5", "base.architecture.hidden_size=32",
     "base.architecture.num_hidden_layers=1", "base.architecture.num_attention_heads=2",
     "base.architecture.num_key_value_heads=2", "base.architecture.intermediate_size=64",
     "task_world.n_train=200", "task_world.n_test=20",

@@ -1,4 +1,4 @@
-"""Threads for a stage: the cores other processes leave free, fixed for the stage (stages/threads.py)."""
+"""The parallel layout of a stage: the recipe's thread count and sampling processes, never measured (stages/threads.py)."""
 
 import os
 import subprocess
@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from stages.threads import SideJob, busy_elsewhere, choose_threads, fixed_threads, part_threads
+from stages.threads import SideJob, busy_elsewhere, fix_threads, fixed_threads, part_threads
 
 CORES = len(os.sched_getaffinity(0))
 
@@ -32,11 +32,14 @@ def spinning_neighbour():
 
 
 @pytest.mark.skipif(CORES < 2, reason="needs 2 cores")
-def test_a_busy_neighbour_is_left_its_core(spinning_neighbour):
+def test_a_busy_neighbour_changes_nothing_but_is_recorded(spinning_neighbour):
+    """The recipe's count holds beside a busy neighbour (another count would sum differently): the
+    neighbour is only recorded."""
     assert busy_elsewhere(0.5) > 0.7
-    decided = choose_threads(measure_seconds=0.5)
-    assert decided["chosen_by"] == "measured" and decided["busy_elsewhere"] > 0.7
-    assert decided["threads"] == CORES - 1 == torch.get_num_threads()
+    decided = fix_threads(2, measure_seconds=0.5)
+    assert decided["chosen_by"] == "recipe" and decided["busy_elsewhere"] > 0.7
+    assert decided["threads"] == 2 == torch.get_num_threads()
+    assert fix_threads(1)["threads"] == 1 == torch.get_num_threads()
 
 
 def test_this_process_own_work_is_not_counted_as_a_neighbour():
@@ -60,25 +63,23 @@ def test_this_process_own_work_is_not_counted_as_a_neighbour():
 
 def test_r1_threads_fixes_the_count_and_bad_values_are_refused(monkeypatch, spinning_neighbour):
     monkeypatch.setenv("R1_THREADS", "2")
-    assert choose_threads() == {"threads": 2, "cores": CORES, "chosen_by": "R1_THREADS"}
-    assert torch.get_num_threads() == 2
+    decided = fix_threads(1)
+    assert (decided["threads"], decided["chosen_by"]) == (2, "R1_THREADS") and torch.get_num_threads() == 2
     monkeypatch.setenv("R1_THREADS", "two")
     with pytest.raises(ValueError, match="R1_THREADS"):
-        choose_threads()
+        fix_threads(1)
 
 
 def test_a_launchers_omp_num_threads_is_kept(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
-    assert choose_threads()["chosen_by"] == "OMP_NUM_THREADS"
+    assert fix_threads(2)["chosen_by"] == "OMP_NUM_THREADS"
     assert torch.get_num_threads() == 1
 
 
 def test_fixed_threads_names_what_fixed_the_count(monkeypatch):
     """One answer for every caller (a stage's count, and whether a later stage's side work would run on the
     recipe's count): R1_THREADS first, then a launcher's OMP_NUM_THREADS (torch read it), else none."""
-    if torch.cuda.is_available():
-        pytest.skip("torch's own count is fixed on a CUDA machine")
     assert fixed_threads() is None
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
@@ -104,26 +105,51 @@ def test_a_process_that_runs_for_a_moment_is_not_taken_for_a_neighbour():
         passing.wait()
 
 
-def test_the_recipe_caps_a_stages_threads(monkeypatch):
-    """The recipe's ``threads`` caps the measured count (the student's RL runs faster on one thread);
-    R1_THREADS still fixes it; an unknown stage or a count below 1 is refused."""
+def test_the_recipe_fixes_each_stages_threads(monkeypatch, tmp_path):
+    """The stage's count is the recipe's (its own, else ``default``; none: torch's), whatever the machine
+    is doing; R1_THREADS still fixes it; an unknown stage or a count below 1 is refused."""
     import stages.runner as runner
     from stages.recipe import load_recipe
 
-    monkeypatch.setattr("stages.threads.busy_elsewhere", lambda seconds=0.3, windows=3: 0.0)
-    assert choose_threads(at_most=1) == {"threads": 1, "cores": CORES, "busy_elsewhere": 0.0,
-                                         "chosen_by": "measured, capped by the recipe's threads" if CORES > 1
-                                         else "measured"}
-    assert choose_threads(at_most=CORES + 1)["threads"] == CORES == torch.get_num_threads()
-    monkeypatch.setenv("R1_THREADS", "2")
-    assert choose_threads(at_most=1)["threads"] == 2
-    assert load_recipe("tiny").threads == {"distill_rl": 1, "stage4.sft": 1, "stage4.reward_models": 1, "stage4.final_rl": 1,
-                                          "distill.student_base": 1}
+    tiny = load_recipe("tiny")
+    assert tiny.threads == {"default": 1, "base": 2} and tiny.sample_processes == 2
+    assert runner.stage_threads(tiny, "stage1") == 1 and runner.stage_threads(tiny, "base") == 2
+    assert runner.stage_threads(load_recipe("tiny", ["threads={}"]), "stage1") is None
+    seen = {}
+
+    def body(ctx):
+        seen.update(ctx.manifest.data["metrics"]["threads"], now=torch.get_num_threads())
+
+    monkeypatch.setattr("stages.threads.busy_elsewhere", lambda seconds=0.3, windows=3: 1.0)  # a busy machine
+    runner.run_stage(load_recipe("tiny", [f"run_root={tmp_path}", "threads={default: 2, stage1: 1}",
+                                          "sample_processes=3"]), "base", body)
+    assert (seen["threads"], seen["now"], seen["chosen_by"], seen["sample_processes"]) == (2, 2, "recipe", 3)
+    assert seen["busy_elsewhere"] == 1.0
+    torch.set_num_threads(CORES)
+    if CORES > 1 and not torch.cuda.is_available():
+        assert fix_threads(None)["chosen_by"] == "torch (the recipe fixes no count)"
     with pytest.raises(ValueError, match="every count must be at least 1"):
         load_recipe("tiny", ["threads={stage1: 0}"])
+    with pytest.raises(ValueError, match="sample_processes"):
+        load_recipe("tiny", ["sample_processes=0"])
     for key in ("stage9", "stage4.nope", "stage1.sft"):
         with pytest.raises(ValueError, match=f"threads: unknown stage or part {key};"):
             runner.run_stage(load_recipe("tiny", [f"threads={{{key}: 1}}"]), "stage1", lambda ctx: None)
+
+
+def test_the_sampler_uses_the_fixed_process_count():
+    """``sample_processes`` decides how many processes the CPU sampler forks (fast_generate's draws
+    depend on it), not the thread count."""
+    from eval.decode import sample_processes, set_sample_processes
+
+    torch.set_num_threads(1)
+    try:
+        assert set_sample_processes(3) == 3 == sample_processes()
+        assert set_sample_processes(None) == 1  # unset: one per torch thread
+        with pytest.raises(ValueError, match="at least 1"):
+            set_sample_processes(0)
+    finally:
+        set_sample_processes(None)
 
 
 def test_a_part_runs_on_its_own_count_and_gives_the_stage_its_count_back():
@@ -131,8 +157,10 @@ def test_a_part_runs_on_its_own_count_and_gives_the_stage_its_count_back():
     with part_threads(1):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == 2
-    with part_threads(None), part_threads(3):
+    with part_threads(None):
         assert torch.get_num_threads() == 2
+    with part_threads(3):
+        assert torch.get_num_threads() == 3  # the recipe's count, not a cap
     with pytest.raises(KeyError), part_threads(1):
         raise KeyError("a part that fails")
     assert torch.get_num_threads() == 2
