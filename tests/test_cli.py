@@ -45,9 +45,10 @@ def test_pipeline_runs_every_stage_in_order_in_one_process_then_status_and_repor
 
     calls, side = [], {}
 
-    def run_stage(recipe, stage, body, restart, side_work):
+    def run_stage(recipe, stage, body, restart, side_work, rebuild):
         calls.append((stage, body, restart))
         side[stage] = side_work
+        assert rebuild is False  # only `r1 base --rebuild` pretrains the base again
 
     monkeypatch.setattr(stages.runner, "run_stage", run_stage)
     monkeypatch.setattr(cli, "cmd_status", lambda a: calls.append(("status", a.run_dir)))
