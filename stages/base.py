@@ -139,7 +139,7 @@ def rebuild_targets(recipe) -> list[tuple[Path, str]]:
 
 def rebuild_releases(recipe, checkpoint: Path, stats: dict) -> dict:
     """Write the base just built as the release, then build each student's base that names a release (on
-    the recipe's thread count for ``distill.student_base``) and release it too."""
+    the base stage's threads) and release it too."""
     out = {"base": write_release(checkpoint, release_path(recipe.base.release), recipe, stats,
                                  what=f"the tiny base of recipe {recipe.name}")["build_key"]}
     for student in recipe.distill.students:

@@ -362,11 +362,11 @@ def control_prebuilt_dir(recipe, name: str) -> Path:
 
 def control_job(recipe) -> SideJob | None:
     """Start the control's GRPO training in another process; None when distill_rl could not adopt it (no
-    fixed thread count for distill_rl in the recipe, a pretrained student, evaluations during training, no
-    student base ready) or has trained already."""
+    thread count for distill_rl in the recipe, a pretrained student, evaluations during training, no
+    student base ready) or has trained already (in its stage, or beside an earlier part of stage 4)."""
     cfg, threads = recipe.distill.control, stage_threads(recipe, "distill_rl")
     if not recipe.distill.students or threads is None or cfg.eval_steps or cfg.eval_every:
-        return None  # without the recipe's count, distill_rl measures its own, which cannot be known here
+        return None  # without the recipe's count, distill_rl runs on torch's default, not known here
     fixed = fixed_threads()
     if fixed is not None and fixed[0] != threads:
         return None  # distill_rl will run on the count fixed there (stages.threads.fixed_threads), not the recipe's

@@ -420,18 +420,20 @@ def test_a_prebuilt_student_base_is_adopted_only_when_it_is_the_one_distill_woul
     student = r.distill.students[0]
     folder = stages.distill.prebuilt_dir(r, student)
 
-    def prebuild(threads: str) -> None:  # what the side work does, here
+    def prebuild(threads: str) -> None:  # what the side work does in its own process, here
+        before = torch.get_num_threads()
         monkeypatch.setenv("R1_THREADS", threads)
         (tmp_path / "recipe.json").write_text(json.dumps(r.to_dict()))
         stages.distill._prebuild(tmp_path / "recipe.json", [student.name])
         monkeypatch.delenv("R1_THREADS")
+        torch.set_num_threads(before)  # distill's count (the recipe's default, 1), not the side process's
 
     def distill_ctx() -> StageContext:
         d = r.stage_dir("distill")
         shutil.rmtree(d, ignore_errors=True)
         return StageContext(r, "distill", d, Manifest.start(d, "distill", r), None, False)
 
-    prebuild("2")  # not distill's count (distill.student_base: 1)
+    prebuild("2")  # not distill's count (the tiny recipe's default: 1)
     ctx = distill_ctx()
     stages.distill.student_base(ctx, student)
     assert ctx.manifest.data["metrics"]["students"][student.name]["pretrain"]["built"] == "here"

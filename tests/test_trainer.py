@@ -585,3 +585,43 @@ def test_the_pass_rate_filter_keeps_the_prompts_the_policy_solves_sometimes(tmp_
 def test_a_bad_pass_rate_filter_is_refused(bad):
     with pytest.raises((RecipeError, ValueError), match="pass_rate_filter"):
         load_recipe("tiny", [f"stage3.pass_rate_filter={bad}"])
+
+
+# -- What the terminal shows ---------------------------------------------------------------------
+
+
+def test_a_trainers_step_rows_go_to_the_stage_log_not_the_terminal(tmp_path, capsys):
+    """``StepProgress`` replaces transformers' bar and printed ``{'loss': …}`` rows: the rows reach the stage's
+    log file (logger ``r1.steps``), the terminal shows a bar with the latest loss and reward only."""
+    import logging
+
+    from transformers import Qwen2Config, Qwen2ForCausalLM, Trainer, TrainingArguments
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    from stages.runner import setup_logging
+    from stages.trainer import StepProgress
+
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=16, hidden_size=8, num_hidden_layers=1, num_attention_heads=1,
+                                         num_key_value_heads=1, intermediate_size=8))
+    for disable in (False, True):  # transformers' bar, or its printer when tqdm is off
+        trainer = Trainer(model=model, args=TrainingArguments(output_dir=str(tmp_path / "t"), report_to="none",
+                                                              disable_tqdm=disable, use_cpu=True))
+        StepProgress.install(trainer)
+        kinds = [type(c) for c in trainer.callback_handler.callbacks]
+        assert ProgressCallback not in kinds and PrinterCallback not in kinds and StepProgress in kinds
+    setup_logging(tmp_path / "stage.log")
+    try:
+        progress = StepProgress()
+        state = SimpleNamespace(is_world_process_zero=True, global_step=3, max_steps=10)
+        progress.on_train_begin(None, state, None)
+        progress.on_log(None, state, None, logs={"loss": 0.25, "reward": 0.5, "grad_norm": 1.0})
+        assert progress.bar.postfix == "loss=0.25, reward=0.5"
+        progress.on_train_end(None, state, None)
+        logging.getLogger("r1").info("a line of the project's")
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        out = capsys.readouterr().out
+        assert "a line of the project's" in out and "grad_norm" not in out
+        assert 'step 3 {"loss": 0.25, "reward": 0.5, "grad_norm": 1.0}' in (tmp_path / "stage.log").read_text()
+    finally:
+        setup_logging()
