@@ -92,7 +92,7 @@ def chain_recipe(chain, tmp_path, name, extra=()):
 
 # A micro base that vLLM's CPU attention takes (head_dim 32: it refuses 16), for tests/test_vllm.py.
 VLLM_BASE = [
-    "base.architecture.hidden_size=64", "base.architecture.num_hidden_layers=2",
+    "base.release=null", "base.architecture.hidden_size=64", "base.architecture.num_hidden_layers=2",
     "base.architecture.num_attention_heads=2", "base.architecture.num_key_value_heads=2",
     "base.architecture.intermediate_size=128", "base.pretrain.steps=80", "base.pretrain.batch_size=32",
     "base.pretrain.warmup_steps=10", "base.pretrain.log_every=50", "base.pretrain.learning_rate=1e-2",
