@@ -49,7 +49,7 @@ else
   SHAPE=(hidden_size=896 num_hidden_layers=4 num_attention_heads=14 num_key_value_heads=2 intermediate_size=4864)
   MEMORY=0.25
 fi
-SETS=(--set "run_root=$ROOT" --set "device=$DEVICE" --set "base.architecture.embedding_rows=$ROWS"
+SETS=(--set "run_root=$ROOT" --set "device=$DEVICE" --set base.release=null --set "base.architecture.embedding_rows=$ROWS"
       --set base.architecture.max_position_embeddings=1024 --set base.pretrain.steps=3
       --set base.pretrain.batch_size=8 --set base.pretrain.warmup_steps=1 --set base.pretrain.log_every=1
       --set data.test.limit=8 --set eval.k=2 --set eval.max_new_tokens=64 --set "eval.benchmarks=[]"
