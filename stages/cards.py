@@ -44,7 +44,7 @@ CURATED_SETS: dict[str, list[tuple[str, str, str]]] = {
 }
 
 DESCRIPTIONS = {
-    "base": "the base model (the tiny recipe builds and pretrains it on its synthetic corpus)",
+    "base": "the base model (the tiny recipe's is released with the repository, pretrained on its synthetic corpus)",
     "stage1": "R1-Zero: GRPO from the base with rule rewards only (format and correctness), R1-Zero template",
     "stage2": "cold start: SFT of the base on readable long chains of thought built from R1-Zero's answers",
     "stage3": "reasoning RL: GRPO from stage 2 with correctness, format and language-consistency rewards",
