@@ -142,11 +142,22 @@ def side_work(ctx: StageContext, later: str, parts: tuple[str, ...], *, pending:
         ctx.manifest.save()
 
 
+def _not_news(record: logging.LogRecord) -> bool:
+    """transformers' notice that it sorts checkpoints by number, not mtime: the tiny model's checkpoints come
+    less than a second apart, so it always does, in the right order; no news to a user. One function, so
+    that the logger keeps one filter however often :func:`setup_logging` runs."""
+    return "mtime may not be reliable" not in record.getMessage()
+
+
 def setup_logging(log_file: Path | None = None) -> None:
     """The project's lines on the terminal and in ``log_file``; trainers' per-step rows (logger
-    ``r1.steps``: ``stages.trainer.StepProgress``) in the file only."""
+    ``stages.trainer.STEP_LOG``: ``StepProgress``) in the file only."""
+    from transformers.utils import logging as hf_logging
+
+    from stages.trainer import STEP_LOG
+
     terminal = logging.StreamHandler(sys.stdout)
-    terminal.addFilter(lambda record: not record.name.startswith("r1.steps"))
+    terminal.addFilter(lambda record: not record.name.startswith(STEP_LOG))
     handlers: list[logging.Handler] = [terminal]
     if log_file is not None:
         log_file.parent.mkdir(parents=True, exist_ok=True)
@@ -155,18 +166,13 @@ def setup_logging(log_file: Path | None = None) -> None:
                         datefmt="%H:%M:%S", handlers=handlers, force=True)
     for noisy in ("httpx", "urllib3", "datasets", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    from transformers.utils import logging as hf_logging
-
     # transformers' bars for loading and saving a checkpoint ("Loading weights", "Writing model shards"): one
     # per evaluation and checkpoint, each done in a blink on the tiny model; the stages' own bars say more
     hf_logging.disable_progress_bar()
     import datasets
 
     datasets.disable_progress_bars()  # TRL's dataset preparation (templating, tokenizing): seconds, several bars
-    # the tiny model's checkpoints come less than a second apart, so transformers sorts them by number, not
-    # mtime, and says so: the right order, no news to a user
-    logging.getLogger("transformers.trainer_utils").addFilter(
-        lambda record: "mtime may not be reliable" not in record.getMessage())
+    logging.getLogger("transformers.trainer_utils").addFilter(_not_news)
 
 
 def run_stage(recipe, stage: str, body: Callable[[StageContext], Path | str | None], *,
