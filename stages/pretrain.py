@@ -138,20 +138,25 @@ def corpus_and_tokenizer(recipe):
     trained on its first 20,000 documents: everything a tiny base is built from besides its settings."""
     cfg = recipe.base
     world = TaskWorld.from_recipe(recipe)
-    docs = corpus_documents(world, cfg.corpus, cfg.pretrain.steps * cfg.pretrain.batch_size, seed=recipe.seed)
+    docs = corpus_documents(world, cfg.corpus, cfg.pretrain.steps * cfg.pretrain.batch_size, seed=base_seed(recipe))
     tokenizer = build_tokenizer((d["prompt"] + d["completion"] for d in docs[:20_000]),
                                 vocab_size=cfg.architecture.tokenizer_vocab_size)
     return docs, tokenizer
+
+
+def base_seed(recipe) -> int:
+    """The seed of the base's corpus, initialisation and batch order: ``base.pretrain.seed``, else the recipe's."""
+    return recipe.seed if recipe.base.pretrain.seed is None else recipe.base.pretrain.seed
 
 
 def build_settings(recipe) -> dict:
     """The recipe fields a tiny base's weights depend on (besides the machine: threads, bf16 kernels)."""
     import dataclasses
 
-    return {"seed": recipe.seed, "task_world": dataclasses.asdict(recipe.task_world),
+    return {"seed": base_seed(recipe), "task_world": dataclasses.asdict(recipe.task_world),
             "base.architecture": dataclasses.asdict(recipe.base.architecture),
             "base.corpus": dataclasses.asdict(recipe.base.corpus),
-            "base.pretrain": {k: v for k, v in dataclasses.asdict(recipe.base.pretrain).items() if k != "log_every"}}
+            "base.pretrain": {k: v for k, v in dataclasses.asdict(recipe.base.pretrain).items() if k not in ("log_every", "seed")}}
 
 
 def build_key(recipe, docs, tokenizer) -> dict:
@@ -176,7 +181,7 @@ def pretrain_tiny(recipe, log=print):
     """Build tokenizer + model and pretrain them; returns (model, tokenizer, stats). ``stats["build_key"]``
     is :func:`build_key`, ``stats["threads"]`` the torch threads it summed on."""
     cfg = recipe.base
-    set_seed(recipe.seed)
+    set_seed(base_seed(recipe))
     n_docs = cfg.pretrain.steps * cfg.pretrain.batch_size
     t0 = time.time()
     docs, tokenizer = corpus_and_tokenizer(recipe)
@@ -210,7 +215,7 @@ def pretrain_tiny(recipe, log=print):
         progress = (step - pt.warmup_steps) / max(1, pt.steps - pt.warmup_steps)
         return pt.learning_rate * (pt.min_lr_ratio + (1 - pt.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
-    batches = make_batches(docs, rows, pt.batch_size, pt.batching, random.Random(recipe.seed))
+    batches = make_batches(docs, rows, pt.batch_size, pt.batching, random.Random(base_seed(recipe)))
     # Loss = sum over completion tokens / a constant (the corpus's mean completion tokens per batch), not
     # the per-batch token mean: with batches of one document type, a per-batch mean gives a short answer's
     # tokens several times the weight of a long trace's, which biased the model's first choice (answer

@@ -159,6 +159,7 @@ class CorpusConfig:
 @dataclass
 class PretrainConfig:
     steps: int = 600
+    seed: int | None = None  # the base's own seed (corpus, initialisation, batch order); null: the recipe's
     batch_size: int = 128
     learning_rate: float = 3e-3
     warmup_steps: int = 30
