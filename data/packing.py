@@ -14,7 +14,7 @@ kernels compute as one long row under a mask: attention over 16 × ~100 tokens i
 ~100. Here the rows are at most ``length`` tokens, so attention stays per row.
 
 - :func:`first_fit_rows`: which examples share a row (first fit by decreasing size); tiny
-  pretraining (``stages/pretrain.py``) and :class:`PackedCollator` both use it;
+  pretraining (``stages/training/pretrain.py``) and :class:`PackedCollator` both use it;
 - :class:`PackedCollator`: a data collator for TRL's SFTTrainer (examples with ``input_ids`` and
   ``labels``), for SFT sections with ``batching: packed``.
 """

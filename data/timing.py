@@ -10,7 +10,7 @@ stage starts and writes them into its manifest (``metrics.time_by_kind``) when i
 Kinds: ``startup``, ``loading`` (models and tokenizers), ``sampling`` (every generation outside GRPO),
 ``grading``, ``evaluation`` (what an evaluation does besides sampling and grading), ``training`` (GRPO's
 rollouts included: TRL generates inside its training step), ``pretraining``, ``saving``, ``waiting`` (for
-side work that ran beside the stage: ``stages.threads.SideJob``), and ``other`` (the rest of the stage body).
+side work that ran beside the stage: ``stages.pipeline.threads.SideJob``), and ``other`` (the rest of the stage body).
 """
 
 from __future__ import annotations

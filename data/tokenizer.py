@@ -11,7 +11,7 @@ with ``skip_special_tokens=True``, and tags registered as special tokens would v
 reward functions see them. End-of-text and the ChatML markers are special; the tiny model's chat
 template is the corpus's own transcript format, ``User: … Assistant:`` (``data.templates``).
 
-The tokenizer is saved as a plain ``TokenizersBackend``; load it with ``stages.common.load_tokenizer``
+The tokenizer is saved as a plain ``TokenizersBackend``; load it with ``stages.pipeline.common.load_tokenizer``
 (``AutoTokenizer`` would rebuild it as a ``Qwen2Tokenizer`` with Qwen's pre-tokenizer, because the
 model is a Qwen2: same text, different tokens).
 """

@@ -59,7 +59,7 @@ class Candidate:
 
 
 def candidate_from_rl(row: dict) -> Candidate:
-    """A row of ``cold_start_candidates.jsonl`` (written by ``stages/rl.py``), or a sample kept by
+    """A row of ``cold_start_candidates.jsonl`` (written by ``stages/training/grpo.py``), or a sample kept by
     ``eval.rejection`` (its ``drop`` is None: graded correct by the same verifiers, not graded again)."""
     completion = row["completion"]
     return Candidate(id=row["id"], problem=row["problem"], answer=str(row["answer"]),
@@ -100,7 +100,7 @@ def build_cold_start(candidates: list[Candidate], cfg, *, language_target: str =
     """Filter and reformat ``candidates``; returns (SFT rows, drop counts by reason).
 
     ``cfg`` has ``max_samples``, ``max_per_problem``, ``min_reasoning_chars``,
-    ``max_reasoning_chars``, ``max_paragraph_chars``, ``max_repeat_share`` (``stages/recipe.py``
+    ``max_reasoning_chars``, ``max_paragraph_chars``, ``max_repeat_share`` (``stages/pipeline/recipe.py``
     ``ColdStartConfig``). Candidates are shuffled under ``seed`` before the caps apply, so the caps
     do not favour early RL steps. Each row: ``id``, ``problem``, ``answer``, ``lang``, ``source``,
     ``messages`` (the user turn every chat stage uses, ``chat_user_message``; the assistant response)

@@ -51,7 +51,7 @@ _sample_processes: int | None = None
 
 def set_sample_processes(count: int | None) -> int:
     """Fix how many single-threaded processes the CPU sampler shares its batches out between (a stage sets
-    the recipe's ``sample_processes`` before its body: ``stages/threads.py``); None: one per torch thread.
+    the recipe's ``sample_processes`` before its body: ``stages/pipeline/threads.py``); None: one per torch thread.
     Returns the count now in force."""
     global _sample_processes
     if count is not None and count < 1:
@@ -373,7 +373,7 @@ def fast_generate(model):
 
 def die_with_parent() -> None:
     """Linux: the kernel SIGKILLs this (forked or starting) process when its parent dies: a killed stage
-    leaves no sampler or side work (``stages.threads.SideJob``) running on."""
+    leaves no sampler or side work (``stages.pipeline.threads.SideJob``) running on."""
     try:
         import ctypes
         import signal

@@ -1,6 +1,6 @@
 """Grading of model responses against gold final answers: the project's one answer policy.
 
-Rewards (``stages.rewards.accuracy_reward``), the cold-start and rejection filters and every
+Rewards (``stages.training.rewards.accuracy_reward``), the cold-start and rejection filters and every
 evaluation grade with this module, so what RL is paid for is what the reports count.
 
 Public API

@@ -7,7 +7,7 @@ completions with the project's sampler (batch 64, T 0.6, top-p 0.95), then 20 tr
 (forward, backward, AdamW) on batches of 16 chat rows. Settings: torch's intra-op threads, and
 OpenMP's wait policy (``default``: threads spin at barriers before they sleep; ``passive``: they sleep at
 once, ``OMP_WAIT_POLICY=PASSIVE``). With a number of threads, one process samples; ``recipe`` is the
-tiny recipe's fixed layout (``stages/threads.py``): one training thread, and the sampler shares its
+tiny recipe's fixed layout (``stages/pipeline/threads.py``): one training thread, and the sampler shares its
 batches between ``sample_processes`` (2) single-threaded processes. The neighbour is one process spinning
 on one core. The table gives
 seconds for each part and the slowdown the neighbour causes; "in proportion" is about 1.5-2× on a
@@ -32,9 +32,9 @@ sys.path.insert(0, {root!r})
 from data.taskworld import TaskWorld
 from data.templates import chat_user_message
 from eval.generate import sample
-from stages.common import load_model_and_tokenizer
-from stages.recipe import load_recipe
-from stages.threads import fix_threads
+from stages.pipeline.common import load_model_and_tokenizer
+from stages.pipeline.recipe import load_recipe
+from stages.pipeline.threads import fix_threads
 {choose}
 model, tok = load_model_and_tokenizer({model!r}, device=torch.device("cpu"), trust_remote_code=False,
                                       dtype=torch.float32)

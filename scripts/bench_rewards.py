@@ -38,7 +38,7 @@ def adversarial() -> dict[str, str]:
 
 
 def rewards():
-    from stages import rewards as R
+    from stages.training import rewards as R
 
     return {
         "format": R.format_reward, "summary_format": R.summary_format_reward,

@@ -29,11 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from data.taskworld import TaskWorld  # noqa: E402
 from data.templates import chat_user_message  # noqa: E402
 from eval.generate import sample  # noqa: E402
-from stages.recipe import load_recipe  # noqa: E402
+from stages.pipeline.recipe import load_recipe  # noqa: E402
 
 
 def load(model_path: str | None):
-    from stages.common import load_model_and_tokenizer
+    from stages.pipeline.common import load_model_and_tokenizer
 
     return load_model_and_tokenizer(model_path, device=torch.device("cpu"), trust_remote_code=False,
                                     dtype=torch.float32)

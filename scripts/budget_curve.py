@@ -20,9 +20,9 @@ from data.datasets import load_rows  # noqa: E402
 from data.jsonl import atomic_write_json  # noqa: E402
 from eval.budget import budget_sampler  # noqa: E402
 from eval.runner import evaluate_rows  # noqa: E402
-from stages.common import load_sampler  # noqa: E402
-from stages.eval_command import template_for  # noqa: E402
-from stages.recipe import load_recipe  # noqa: E402
+from stages.commands.eval_command import template_for  # noqa: E402
+from stages.pipeline.common import load_sampler  # noqa: E402
+from stages.pipeline.recipe import load_recipe  # noqa: E402
 
 
 def main() -> int:

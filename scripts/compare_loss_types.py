@@ -20,11 +20,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data.jsonl import atomic_write_json  # noqa: E402
 from eval.plots import plot_compare  # noqa: E402
-from stages.manifest import require_parent  # noqa: E402
-from stages.recipe import load_recipe  # noqa: E402
-from stages.rl import METRICS_NAME  # noqa: E402
-from stages.runner import run_stage, setup_logging  # noqa: E402
+from stages.pipeline.manifest import require_parent  # noqa: E402
+from stages.pipeline.recipe import load_recipe  # noqa: E402
+from stages.pipeline.runner import run_stage, setup_logging  # noqa: E402
 from stages.stage1_zero import run as stage1  # noqa: E402
+from stages.training.grpo import METRICS_NAME  # noqa: E402
 
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo")
 

@@ -4,7 +4,7 @@ wall time.
 
     python scripts/compare_runs.py RUN_A RUN_B        # e.g. ../clone-a/runs/tiny ../clone-b/runs/tiny
 
-For the reproducibility claim of the tiny default (``stages/threads.py``: the parallel layout is the
+For the reproducibility claim of the tiny default (``stages/pipeline/threads.py``: the parallel layout is the
 recipe's, so a busy neighbour may slow a run but must not change a number): run ``make pipeline`` in two
 fresh clones, one beside ``python3 -c "while True: pass"``, and compare. Exit status 1 if any stage
 differs (a stage missing from either run is reported, not counted as a difference).

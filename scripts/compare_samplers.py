@@ -31,8 +31,8 @@ def main() -> None:
     from data.datasets import load_rows
     from eval.generate import make_sampler
     from eval.runner import compare_samplers
-    from stages.common import load_model_and_tokenizer, load_sampler, pick_device, release
-    from stages.recipe import load_recipe
+    from stages.pipeline.common import load_model_and_tokenizer, load_sampler, pick_device, release
+    from stages.pipeline.recipe import load_recipe
 
     recipe = load_recipe(args.recipe, args.set)
     split = dataclasses.replace(getattr(recipe.data, args.split), limit=args.limit or getattr(recipe.data, args.split).limit)

@@ -100,7 +100,7 @@ reloads() {  # reloads <other checkpoint> <checkpoint>…: each loads (one fresh
   timeout --kill-after=10 60 $PY - "$ROWS" "$@" <<'PYEOF' || fail "a checkpoint does not reload as a trained model of $ROWS rows"
 import sys
 from transformers import AutoModelForCausalLM
-from stages.common import weights_digest
+from stages.pipeline.common import weights_digest
 rows, other, paths = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
 before = weights_digest(AutoModelForCausalLM.from_pretrained(other))
 ok = True

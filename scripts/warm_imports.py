@@ -13,8 +13,8 @@ import sys
 MODULES = [
     "torch", "transformers", "datasets", "accelerate", "peft", "trl", "math_verify", "lingua", "yaml",
     "matplotlib.pyplot", "pytest",
-    "stages.cli", "stages.runner", "stages.rl", "stages.sft", "stages.reward_model", "stages.pretrain",
-    "stages.report", "stages.findings", "stages.base", "stages.stage1_zero", "stages.stage2_cold_start",
+    "stages.commands.cli", "stages.pipeline.runner", "stages.training.grpo", "stages.training.sft", "stages.training.reward_model", "stages.training.pretrain",
+    "stages.commands.report", "stages.commands.findings", "stages.base", "stages.stage1_zero", "stages.stage2_cold_start",
     "stages.stage3_reasoning_rl", "stages.stage4_final", "stages.distill",
 ]
 VLLM_MODULES = ["vllm", "vllm.v1.engine.llm_engine", "vllm.v1.worker.cpu_worker", "vllm.v1.worker.cpu_model_runner",

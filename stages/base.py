@@ -6,7 +6,7 @@ records the model (hub id or local path, with file hashes when local) in its man
 The tiny CPU default starts the same way, from a released base (``base.release``: ``recipes/tiny/base``,
 kept in the repository): the stage verifies it (its files' hashes, and that it is the base this code
 and recipe would build: ``stages/release.py``) and copies it into the run folder. The base was built by
-``stages/pretrain.py``: a Qwen2 architecture of about a million parameters and a byte-level BPE
+``stages/training/pretrain.py``: a Qwen2 architecture of about a million parameters and a byte-level BPE
 tokenizer, pretrained for minutes on the synthetic corpus of ``data/corpus.py``; ``r1 base --rebuild``
 does that again and writes a new release, and ``base.release: null`` builds it in the run folder only.
 Either way the base is then probed under the R1-Zero template on held-out problems. The checkpoint is
@@ -22,9 +22,15 @@ from pathlib import Path
 from data.datasets import load_rows
 from data.templates import r1_zero_prompt
 from eval.runner import evaluate_rows
-from stages.common import check_model_ref, load_sampler, load_tokenizer, release, save_model_atomically
-from stages.pretrain import pretrain_tiny
+from stages.pipeline.common import (
+    check_model_ref,
+    load_sampler,
+    load_tokenizer,
+    release,
+    save_model_atomically,
+)
 from stages.release import build_student_release, register_release, release_path, write_release
+from stages.training.pretrain import pretrain_tiny
 
 log = logging.getLogger("r1")
 
@@ -78,7 +84,7 @@ def check_pretrained(ref: str, *, trust_remote_code: bool) -> dict:
 
 
 def run(ctx) -> Path | str:
-    """Stage body (see stages/runner.py): register a pretrained base or a released tiny one, or build the
+    """Stage body (see stages/pipeline/runner.py): register a pretrained base or a released tiny one, or build the
     tiny one (``base.release: null``, or ``--rebuild``, which also writes the releases)."""
     recipe, m = ctx.recipe, ctx.manifest
     if recipe.base.pretrained:

@@ -64,16 +64,16 @@ from data.datasets import load_rows
 from data.jsonl import atomic_write_json, read_jsonl, read_jsonl_tolerant
 from data.templates import chat_user_message, training_chat_template
 from eval.decode import set_sample_processes
-from stages.common import is_main, load_tokenizer, run_once, save_model_atomically, world_size
-from stages.manifest import MANIFEST_NAME, Manifest, ManifestError, hash_checkpoint
-from stages.pretrain import pretrain_tiny
-from stages.recipe import load_recipe
+from stages.pipeline.common import is_main, load_tokenizer, run_once, save_model_atomically, world_size
+from stages.pipeline.manifest import MANIFEST_NAME, Manifest, ManifestError, hash_checkpoint
+from stages.pipeline.recipe import load_recipe
+from stages.pipeline.runner import StageContext, model_ref, stage_part, stage_threads
+from stages.pipeline.threads import SideJob, fix_threads, fixed_threads
 from stages.release import register_release, release_path
 from stages.release import student_recipe as _student_recipe
-from stages.rl import METRICS_NAME, evaluate, run_rl
-from stages.runner import StageContext, model_ref, stage_part, stage_threads
-from stages.sft import run_sft
-from stages.threads import SideJob, fix_threads, fixed_threads
+from stages.training.grpo import METRICS_NAME, evaluate, run_rl
+from stages.training.pretrain import pretrain_tiny
+from stages.training.sft import run_sft
 
 log = logging.getLogger("r1")
 
@@ -252,7 +252,7 @@ def _build_student_base(student_recipe, target: Path) -> dict:
 # -- Side work: the students' bases, built beside stage 4's SFT ------------------------------------------
 # A tiny student's base depends on the corpus, the tokenizer recipe and its own size, not on stage 4, so
 # `r1 pipeline` builds it in a single-threaded process while stage 4's SFT (which gains nothing from a
-# second thread) runs on one (stages.runner.SIDE_WORK). distill adopts it only when it was built from the
+# second thread) runs on one (stages.pipeline.runner.SIDE_WORK). distill adopts it only when it was built from the
 # same student recipe (its hash) on the thread count distill would build it with: the same weights, bit
 # for bit, as building it here.
 
@@ -369,7 +369,7 @@ def control_job(recipe) -> SideJob | None:
         return None  # without the recipe's count, distill_rl runs on torch's default, not known here
     fixed = fixed_threads()
     if fixed is not None and fixed[0] != threads:
-        return None  # distill_rl will run on the count fixed there (stages.threads.fixed_threads), not the recipe's
+        return None  # distill_rl will run on the count fixed there (stages.pipeline.threads.fixed_threads), not the recipe's
     name = control_student(recipe)
     spec = next(s for s in recipe.distill.students if s.name == name)
     if spec.pretrained or _control_trained(recipe):
@@ -498,7 +498,7 @@ def run_control(ctx) -> Path:
 
 
 if __name__ == "__main__":  # the side work of r1 pipeline
-    from stages.runner import setup_logging
+    from stages.pipeline.runner import setup_logging
 
     if len(sys.argv) >= 4 and sys.argv[1] == "prebuild":
         setup_logging()

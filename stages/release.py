@@ -8,7 +8,7 @@ checkpoint (safetensors, config, tokenizer, a model card) plus ``release.json``:
 
 - ``files``: the sha256 of every other file. A file that differs, is missing or is extra: the release was
   changed after it was built (tampered, or half-copied), and registering refuses.
-- ``build_key``: the hashes of what decides the weights (``stages.pretrain.build_key``): the corpus this
+- ``build_key``: the hashes of what decides the weights (``stages.training.pretrain.build_key``): the corpus this
   code generates, the tokenizer trained on it, the recipe's pretraining settings. Registering computes
   the key again from the current code and recipe (a few seconds: the corpus and the tokenizer, no
   training); another key means the release is not the base this code would build (stale), and
@@ -31,7 +31,7 @@ import shutil
 from pathlib import Path
 
 from data.jsonl import atomic_write_json, atomic_write_text
-from stages.manifest import device_info, git_commit, hash_checkpoint, library_versions, now
+from stages.pipeline.manifest import device_info, git_commit, hash_checkpoint, library_versions, now
 
 log = logging.getLogger("r1")
 
@@ -115,7 +115,7 @@ def register_release(folder: Path, recipe, target: Path, *, field: str) -> dict:
     """Check the release in ``folder`` (files, then build key against ``recipe``, the recipe the base is
     built with) and copy it to ``target`` (atomically: a partial copy never has the final name). Returns
     what the manifest records of it. Raises :class:`ReleaseError` before anything is written."""
-    from stages.pretrain import build_key, build_settings, corpus_and_tokenizer
+    from stages.training.pretrain import build_key, build_settings, corpus_and_tokenizer
 
     folder = Path(folder)
     info = read_release(folder, field=field, recipe_name=recipe.name)
@@ -142,7 +142,7 @@ def write_release(checkpoint: Path, folder: Path, recipe, stats: dict, *, what: 
     """Make ``checkpoint`` (a freshly pretrained base; ``stats`` from ``pretrain_tiny``) the release in
     ``folder``: its files, a model card and ``release.json``, swapped in whole (the old release stays
     until the new one is complete). Returns the record."""
-    from stages.pretrain import build_settings
+    from stages.training.pretrain import build_settings
 
     folder = Path(folder)
     tmp = folder.with_name(f".{folder.name}.tmp")
@@ -173,7 +173,7 @@ def _card(what: str, recipe, built: dict, key: dict) -> str:
         "---", "library_name: transformers", "tags: [r1-pipeline, base-model, synthetic]", "---", "",
         f"# {what[0].upper()}{what[1:]}", "",
         f"A Qwen2 model of {built['parameters']:,} parameters (hidden {arch.hidden_size}, {arch.num_hidden_layers} "
-        f"layers), pretrained from scratch by r1-pipeline (`stages/pretrain.py`) on the synthetic corpus of "
+        f"layers), pretrained from scratch by r1-pipeline (`stages/training/pretrain.py`) on the synthetic corpus of "
         f"`data/corpus.py` for recipe `{recipe.name}`: {recipe.base.pretrain.steps} steps of "
         f"{recipe.base.pretrain.batch_size} documents. It is released with the repository so that the "
         "pipeline starts, like DeepSeek-R1, from a released base model.", "",
@@ -199,8 +199,8 @@ def build_student_release(recipe, student) -> dict:
     it as the release its ``release`` names. Returns its build key."""
     import torch
 
-    from stages.common import save_model_atomically
-    from stages.pretrain import pretrain_tiny
+    from stages.pipeline.common import save_model_atomically
+    from stages.training.pretrain import pretrain_tiny
 
     built_with = student_recipe(recipe, student)
     folder = release_path(student.release)

@@ -4,8 +4,8 @@
     r1 stage1 --recipe tiny --set stage1.steps=50   # override any stage1.* field
     r1 stage1 --recipe tiny --restart               # discard a run; an incomplete one resumes by default
 
-The base stage's model (``stages.runner.model_ref`` of the parent manifest: a checkpoint folder, or
-a hub id for real recipes) is trained with GRPO (``stages/rl.py``, TRL's GRPOTrainer) on the task
+The base stage's model (``stages.pipeline.runner.model_ref`` of the parent manifest: a checkpoint folder, or
+a hub id for real recipes) is trained with GRPO (``stages/training/grpo.py``, TRL's GRPOTrainer) on the task
 world's train split, each problem put in the R1-Zero template of the paper's Table 1 as a plain-text
 prompt (no chat template), with rule-based rewards only: format + accuracy by default
 (``stage1.rewards``), no neural reward model. Held-out test problems are evaluated before and after.
@@ -16,8 +16,8 @@ Where this deviates from the paper:
 - GRPO is TRL's implementation, configured by ``stage1.*``: on the tiny recipe the paper's GRPO loss,
   beta 0 (no KL, no reference model) and a much higher learning rate than the paper's 3e-6, chosen
   for a 1M-parameter model on 2 CPU cores. The paper's own settings (lr 3e-6, KL 0.001, clip 10, 16 samples × 32 questions, reference
-  replaced every 400 steps) are the RLConfig defaults in ``stages/recipe.py``.
-- No dynamic sampling (see ``stages/rl.py``); groups with equal rewards only contribute zero advantage.
+  replaced every 400 steps) are the RLConfig defaults in ``stages/pipeline/recipe.py``.
+- No dynamic sampling (see ``stages/training/grpo.py``); groups with equal rewards only contribute zero advantage.
 - Training data is the synthetic arithmetic world (or whatever the recipe's task world is), not the
   paper's math/code/STEM/logic mix; rewards are the project's grader (``eval.verify``) and sandbox.
 - Evaluation is the project's protocol (recipe.eval: k samples, temperature 0.6, top-p 0.95) on the
@@ -31,14 +31,14 @@ from pathlib import Path
 
 from data.datasets import load_rows
 from data.templates import r1_zero_prompt
-from stages.rl import run_rl
-from stages.runner import model_ref
+from stages.pipeline.runner import model_ref
+from stages.training.grpo import run_rl
 
 log = logging.getLogger("r1")
 
 
 def run(ctx, callbacks=None) -> Path:
-    """Stage body (see stages/runner.py); ``callbacks``: extra TrainerCallbacks (tests use one)."""
+    """Stage body (see stages/pipeline/runner.py); ``callbacks``: extra TrainerCallbacks (tests use one)."""
     recipe = ctx.recipe
     ref = model_ref(ctx.parent)
     if not ref:

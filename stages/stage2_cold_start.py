@@ -35,10 +35,10 @@ from data.jsonl import read_jsonl_tolerant, write_jsonl_atomic
 from eval.cold_start import DROP_REASONS, build_cold_start, candidate_from_rl, candidate_from_user
 from eval.rejection import rejection_sample
 from eval.runner import prompt_builder
-from stages.common import load_sampler, release, run_once
-from stages.rl import CANDIDATES_NAME, evaluate
-from stages.runner import base_of, model_ref
-from stages.sft import run_sft
+from stages.pipeline.common import load_sampler, release, run_once
+from stages.pipeline.runner import base_of, model_ref
+from stages.training.grpo import CANDIDATES_NAME, evaluate
+from stages.training.sft import run_sft
 
 log = logging.getLogger("r1")
 

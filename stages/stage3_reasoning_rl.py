@@ -3,7 +3,7 @@
     r1 stage3 --recipe tiny                          # or: make stage3
     r1 stage3 --recipe tiny --set stage3.steps=30    # override any stage3.* field
 
-The stage-2 checkpoint is trained with GRPO through the same runner as stage 1 (``stages/rl.py``:
+The stage-2 checkpoint is trained with GRPO through the same runner as stage 1 (``stages/training/grpo.py``:
 metrics, samples, curves, before/after evaluation, resume), on the same training prompts, now in the
 chat template the cold-start SFT taught (the user turn of ``data.templates.chat_user_message``). The
 reward is the weighted sum of ``stage3.rewards``: by default correctness (``accuracy``), the readable
@@ -26,9 +26,9 @@ from data.datasets import load_rows
 from data.templates import chat_user_message
 from eval.plots import plot_step_curves
 from eval.stats import estimate, per_problem
-from stages.manifest import Manifest
-from stages.rl import held_out_by_step, run_rl
-from stages.runner import model_ref
+from stages.pipeline.manifest import Manifest
+from stages.pipeline.runner import model_ref
+from stages.training.grpo import held_out_by_step, run_rl
 
 log = logging.getLogger("r1")
 

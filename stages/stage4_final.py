@@ -61,12 +61,12 @@ from data.templates import chat_user_message, summary_of
 from eval import judges as J
 from eval.rejection import DROP_REASONS, rejection_sample
 from eval.runner import prompt_builder
-from stages import rewards as R
-from stages.common import load_sampler, pick_device, release, run_once
-from stages.reward_model import RewardScorer, train_reward_model
-from stages.rl import reward_functions, run_rl
-from stages.runner import base_of, model_ref, side_work, stage_part
-from stages.sft import run_sft
+from stages.pipeline.common import load_sampler, pick_device, release, run_once
+from stages.pipeline.runner import base_of, model_ref, side_work, stage_part
+from stages.training import rewards as R
+from stages.training.grpo import reward_functions, run_rl
+from stages.training.reward_model import RewardScorer, train_reward_model
+from stages.training.sft import run_sft
 
 log = logging.getLogger("r1")
 
@@ -94,7 +94,7 @@ def run(ctx, callbacks=None) -> Path:
     with substep(m, "rejection"), stage_part(ctx, "rejection"):
         reasoning = rejection_step(ctx, model_ref(ctx.parent))
     # stage 4's SFT, reward models and final RL run on the recipe's thread counts for them ("stage4.sft"…); a
-    # core they leave free does later stages' independent work (stages.runner.side_work): beside the SFT,
+    # core they leave free does later stages' independent work (stages.pipeline.runner.side_work): beside the SFT,
     # distill's student base when it is not released, else distill_rl's training of the control on the
     # released one; the control beside the rest when its base was built beside the SFT
     sft_pending = done.get("sft", {}).get("status") != "complete"
@@ -350,7 +350,7 @@ def general_eval(recipe, model_path: str, rows: list[dict], scorers: dict, path:
     rm_harmlessness, prompt, completion}``. ``exactly_helpful`` (null on harmful prompts),
     ``harmful_answer`` and ``refused`` are the rule judges of ``data/general.py``. ``rm_helpfulness`` and
     ``rm_harmlessness`` are the reward models' scores computed as the final RL's reward functions compute
-    them (``stages.rewards.make_reward_model_reward``: helpfulness on the summary after ``</think>``,
+    them (``stages.training.rewards.make_reward_model_reward``: helpfulness on the summary after ``</think>``,
     harmlessness on the whole response), on every row; the RL itself applies helpfulness to benign
     prompts only (``RM_TASKS``). An existing ``path`` is read back instead (a resumed stage)."""
     path = Path(path)

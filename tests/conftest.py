@@ -38,8 +38,8 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(scope="session")
 def small_base(tmp_path_factory):
     from stages.base import run
-    from stages.recipe import load_recipe
-    from stages.runner import run_stage
+    from stages.pipeline.recipe import load_recipe
+    from stages.pipeline.runner import run_stage
 
     root = tmp_path_factory.mktemp("runs")
     recipe_ = load_recipe("tiny", SMALL + [f"run_root={root}"])
@@ -51,7 +51,7 @@ def small_base(tmp_path_factory):
 def base_run(tmp_path_factory):
     """A complete micro base stage under <tmp>/tiny/base."""
     import stages.base
-    from stages.runner import run_stage
+    from stages.pipeline.runner import run_stage
 
     root = tmp_path_factory.mktemp("runs")
     m = run_stage(recipe(root), "base", stages.base.run)
@@ -64,7 +64,7 @@ def chain(tmp_path_factory):
     """<tmp>/tiny/{base,stage1} complete, and the user cold-start file."""
     import stages.base
     import stages.stage1_zero
-    from stages.runner import run_stage
+    from stages.pipeline.runner import run_stage
 
     root = tmp_path_factory.mktemp("runs")
     user = root / "user_cot.jsonl"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from stages.recipe import load_recipe
+from stages.pipeline.recipe import load_recipe
 
 # A base model small enough to build in seconds (in the run folder: base.release=null), shared by the tests
 # of every stage.

@@ -40,7 +40,7 @@ def oracle_load_sampler(real, calls: list):
 
 
 if __name__ == "__main__":
-    from stages.cli import main
+    from stages.commands.cli import main
 
     stages.stage4_final.load_sampler = oracle_load_sampler(stages.stage4_final.load_sampler, [])
     sys.exit(main(sys.argv[1:]))

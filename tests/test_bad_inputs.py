@@ -5,9 +5,9 @@ import os
 
 import pytest
 
-from stages.cli import main
-from stages.common import check_model_ref, save_model_atomically
-from stages.rl import fit_prompts
+from stages.commands.cli import main
+from stages.pipeline.common import check_model_ref, save_model_atomically
+from stages.training.grpo import fit_prompts
 
 
 class CharTokenizer:
@@ -59,7 +59,7 @@ def test_a_full_disk_during_save_leaves_no_partial_checkpoint(tmp_path):
 
 
 def _fake_stage(recipe, tmp_path, body, restart=False):
-    from stages.runner import run_stage
+    from stages.pipeline.runner import run_stage
 
     return run_stage(recipe, "base", body, restart=restart)
 
@@ -79,13 +79,13 @@ def test_the_same_stage_twice_at_once_refuses_naming_the_process(tmp_path):
     import sys
     import time
 
-    from stages.cli import main
-    from stages.recipe import load_recipe
-    from stages.runner import StageBusy, lock_path
+    from stages.commands.cli import main
+    from stages.pipeline.recipe import load_recipe
+    from stages.pipeline.runner import StageBusy, lock_path
 
     recipe = load_recipe("tiny", [f"run_root={tmp_path}"])
     stage_dir = recipe.stage_dir("base")
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from stages.runner import lock_stage; "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from stages.pipeline.runner import lock_stage; "
                                f"lock_stage({str(stage_dir)!r}); print('locked', flush=True); time.sleep(60)"],
                               stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
     assert holder.stdout.readline().strip() == "locked"
@@ -110,8 +110,8 @@ def test_the_same_stage_twice_at_once_refuses_naming_the_process(tmp_path):
 
 
 def test_restart_moves_the_previous_run_aside_and_puts_it_back_if_the_new_one_fails(tmp_path):
-    from stages.recipe import load_recipe
-    from stages.runner import previous_dir
+    from stages.pipeline.recipe import load_recipe
+    from stages.pipeline.runner import previous_dir
 
     recipe = load_recipe("tiny", [f"run_root={tmp_path}"])
     stage_dir = recipe.stage_dir("base")
@@ -130,8 +130,8 @@ def test_restart_moves_the_previous_run_aside_and_puts_it_back_if_the_new_one_fa
 
 
 def test_names_cannot_point_outside_the_run_folder(tmp_path):
-    from stages.recipe import RecipeError, load_recipe
-    from stages.runner import inside_run_folder
+    from stages.pipeline.recipe import RecipeError, load_recipe
+    from stages.pipeline.runner import inside_run_folder
 
     victim = tmp_path / "victim"
     victim.mkdir()
@@ -163,7 +163,7 @@ def test_a_manifest_of_the_wrong_shape_is_refused_naming_the_field(tmp_path, cap
     import json
     from contextlib import redirect_stdout
 
-    from stages.recipe import load_recipe
+    from stages.pipeline.recipe import load_recipe
 
     recipe = load_recipe("tiny", [f"run_root={tmp_path}"])
     _fake_stage(recipe, tmp_path, _written("w"))
@@ -184,8 +184,8 @@ def test_unrecorded_files_and_relabelled_manifests_are_reported(tmp_path):
     import io
     from contextlib import redirect_stdout
 
-    from stages.manifest import Manifest
-    from stages.recipe import load_recipe
+    from stages.pipeline.manifest import Manifest
+    from stages.pipeline.recipe import load_recipe
 
     recipe = load_recipe("tiny", [f"run_root={tmp_path}"])
     m = _fake_stage(recipe, tmp_path, _written("w"))
@@ -207,7 +207,7 @@ def test_unrecorded_files_and_relabelled_manifests_are_reported(tmp_path):
 def test_a_base_that_is_not_a_model_fails_at_registration(tmp_path, capsys, monkeypatch):
     """base.pretrained naming nothing, or a folder without a model, fails in the base stage with the
     key named, not in stage 1 after the hub's retries; the base manifest is never complete."""
-    from stages.manifest import Manifest
+    from stages.pipeline.manifest import Manifest
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     not_a_model = tmp_path / "notes"
@@ -227,7 +227,7 @@ def test_inputs_that_escaped_the_clear_error_path(tmp_path):
     are not strings or integers are skipped and counted, not used as "nan" or "None"."""
     from data.datasets import clean_rows
     from data.jsonl import DataError, read_jsonl
-    from stages.recipe import RecipeError, load_recipe
+    from stages.pipeline.recipe import RecipeError, load_recipe
 
     deep = tmp_path / "deep.jsonl"
     deep.write_text('{"id": "a", "problem": ' + "[" * 200_000 + "]" * 200_000 + ', "answer": "1"}\n')
@@ -250,9 +250,9 @@ def test_a_second_restart_keeps_the_complete_run_a_killed_restart_set_aside(tmp_
     """A --restart killed mid-run leaves the complete run in .<stage>.previous and the killed one in the stage
     folder; a second --restart that fails must not delete the complete run (it used to, and put the killed
     one back): it keeps it aside while it runs and restores it when it fails."""
-    from stages.manifest import Manifest
-    from stages.recipe import load_recipe
-    from stages.runner import previous_dir
+    from stages.pipeline.manifest import Manifest
+    from stages.pipeline.recipe import load_recipe
+    from stages.pipeline.runner import previous_dir
 
     recipe = load_recipe("tiny", [f"run_root={tmp_path}"])
     stage_dir = recipe.stage_dir("base")
@@ -281,7 +281,7 @@ def test_r1_eval_refuses_bad_arguments_before_any_work(tmp_path, monkeypatch, ca
     naming the argument, before anything loads (a hub id with the hub unreachable fails at once)."""
     import time
 
-    from stages.cli import main
+    from stages.commands.cli import main
 
     model = tmp_path / "model"
     model.mkdir()
@@ -322,8 +322,8 @@ def test_a_corrupt_manifest_is_unreadable_naming_its_field_and_the_listing_goes_
     import shutil
     import time
 
-    from stages.cli import main
-    from stages.recipe import load_recipe
+    from stages.commands.cli import main
+    from stages.pipeline.recipe import load_recipe
 
     recipe = load_recipe("tiny", [f"run_root={tmp_path}"])
     assert _fake_stage(recipe, tmp_path, _written("first")).status == "complete"

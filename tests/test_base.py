@@ -11,11 +11,11 @@ import torch
 
 from data.templates import r1_zero_prompt
 from stages.base import run
-from stages.common import load_tokenizer
-from stages.manifest import Manifest
-from stages.pretrain import _batch, _packed_batch, build_tiny_model, pretrain_tiny, use_bf16_autocast
-from stages.recipe import load_recipe
-from stages.runner import run_stage
+from stages.pipeline.common import load_tokenizer
+from stages.pipeline.manifest import Manifest
+from stages.pipeline.recipe import load_recipe
+from stages.pipeline.runner import run_stage
+from stages.training.pretrain import _batch, _packed_batch, build_tiny_model, pretrain_tiny, use_bf16_autocast
 from tests.micro import SMALL
 
 pytestmark = pytest.mark.train  # every test here trains a model
@@ -105,7 +105,7 @@ def test_checkpoint_loads_through_auto_classes(small_base):
 
 def test_status_command_prints_the_chain(small_base):
     recipe, _ = small_base
-    out = subprocess.run([sys.executable, "-m", "stages.cli", "status", str(recipe.stage_dir("base").parent)],
+    out = subprocess.run([sys.executable, "-m", "stages.commands.cli", "status", str(recipe.stage_dir("base").parent)],
                          capture_output=True, text=True, check=True).stdout
     assert "base" in out and "complete" in out and "stage1" in out
 

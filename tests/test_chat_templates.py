@@ -20,7 +20,7 @@ from data.templates import (
     training_chat_template,
     with_prefill,
 )
-from stages.common import load_tokenizer
+from stages.pipeline.common import load_tokenizer
 
 TRL_TEMPLATES = Path(trl.__file__).parent / "chat_templates"
 QWEN = (TRL_TEMPLATES / "qwen2_5.jinja").read_text()
@@ -107,7 +107,7 @@ def test_end_of_turn_token_is_the_templates(tokenizer):
 
 def test_samplers_put_the_prefill_back_in_front(small_base):
     from eval.generate import make_sampler
-    from stages.common import load_model_and_tokenizer
+    from stages.pipeline.common import load_model_and_tokenizer
 
     model, tok = load_model_and_tokenizer(small_base[1].checkpoint, device=torch.device("cpu"), trust_remote_code=False)
     sampler = make_sampler("transformers", model=model, tokenizer=tok, batch_size=4)
@@ -121,8 +121,8 @@ def test_samplers_put_the_prefill_back_in_front(small_base):
 def test_grpo_rewards_read_the_response_with_its_prefill(tmp_path):
     """TRL hands the rewards only the generated text; under a prefilling template the format reward
     would pay nothing for a perfect response. The recorder puts the opening back."""
-    from stages.rewards import summary_format_reward
-    from stages.rl import RolloutRecorder
+    from stages.training.grpo import RolloutRecorder
+    from stages.training.rewards import summary_format_reward
 
     completion = [[{"role": "assistant", "content": "2+3=5 </think> The final answer is \\boxed{5}."}]]
     paid = {}
@@ -139,8 +139,8 @@ def test_sft_keeps_the_models_template(chain, tmp_path, template):
     """SFT through TRL's training twin: the checkpoint keeps the model's own template (byte for byte),
     the manifest says which template trained, and under R1-Distill's prefill the targets open their
     think block as the prompt does."""
-    from stages.runner import run_stage
-    from stages.sft import run_sft
+    from stages.pipeline.runner import run_stage
+    from stages.training.sft import run_sft
     from tests.micro import chain_recipe
 
     own = (TRL_TEMPLATES / f"{template}.jinja").read_text()
@@ -168,8 +168,8 @@ def test_grpo_under_a_prefilling_template_sees_whole_responses(chain, tmp_path):
     """GRPO in the chat template of DeepSeek-R1-Distill: every rollout starts inside the think block the
     prompt opened, so every response the rewards and the metrics read has one (think_rate 1)."""
     from data.datasets import load_rows
-    from stages.rl import run_rl
-    from stages.runner import run_stage
+    from stages.pipeline.runner import run_stage
+    from stages.training.grpo import run_rl
     from tests.micro import chain_recipe
 
     model = tmp_path / "model"

@@ -7,7 +7,7 @@ from tests import zygote
 
 
 def r1(*args, cwd=None):  # in a fork of tests/zygote.py: the CLI's errors, without its imports each time
-    return zygote.run([sys.executable, "-m", "stages.cli", *args], cwd=cwd, env={**os.environ, "OMP_NUM_THREADS": zygote.THREADS},
+    return zygote.run([sys.executable, "-m", "stages.commands.cli", *args], cwd=cwd, env={**os.environ, "OMP_NUM_THREADS": zygote.THREADS},
                       timeout=300)
 
 
@@ -40,8 +40,8 @@ def test_pipeline_runs_every_stage_in_order_in_one_process_then_status_and_repor
     """`r1 pipeline` (what `make pipeline` runs): each stage of the stage table, in its order, with its own
     body and the command's --restart, then the status and the report of the run folder."""
     import stages.distill
-    import stages.runner
-    from stages import cli
+    import stages.pipeline.runner
+    from stages.commands import cli
 
     calls, side = [], {}
 
@@ -50,23 +50,23 @@ def test_pipeline_runs_every_stage_in_order_in_one_process_then_status_and_repor
         side[stage] = side_work
         assert rebuild is False  # only `r1 base --rebuild` pretrains the base again
 
-    monkeypatch.setattr(stages.runner, "run_stage", run_stage)
+    monkeypatch.setattr(stages.pipeline.runner, "run_stage", run_stage)
     monkeypatch.setattr(cli, "cmd_status", lambda a: calls.append(("status", a.run_dir)))
     monkeypatch.setattr(cli, "cmd_report", lambda a: calls.append(("report", a.run_dir)))
     assert cli.main(["pipeline", "--restart", "--set", f"run_root={tmp_path}"]) == 0
-    assert [c[0] for c in calls] == [*stages.runner.STAGES, "status", "report"]
+    assert [c[0] for c in calls] == [*stages.pipeline.runner.STAGES, "status", "report"]
     assert calls[-4][1] is stages.distill.run and calls[-3][1] is stages.distill.run_control
     assert all(c[2] is True for c in calls[:-2])
     assert calls[-1][1] == str(tmp_path / "tiny")
     # the distillation student's base, and the control's training, are done beside stage 4 (distill and
     # distill_rl run later in the same command)
-    assert side == {**{s: {} for s in stages.runner.STAGES},
+    assert side == {**{s: {} for s in stages.pipeline.runner.STAGES},
                     "stage4": {"distill": stages.distill.student_bases_job, "distill_rl": stages.distill.control_job}}
 
 
 def test_pipeline_dry_run_plans_every_stage(capsys):
-    from stages import cli
-    from stages.runner import STAGES
+    from stages.commands import cli
+    from stages.pipeline.runner import STAGES
 
     assert cli.main(["pipeline", "--dry-run"]) == 0
     out = capsys.readouterr().out

@@ -10,7 +10,7 @@ from eval.cold_start import (
     longest_paragraph,
     repeat_share,
 )
-from stages.recipe import ColdStartConfig
+from stages.pipeline.recipe import ColdStartConfig
 
 CFG = ColdStartConfig(max_samples=3, max_per_problem=1, min_reasoning_chars=10, max_reasoning_chars=200,
                       max_paragraph_chars=80, max_repeat_share=0.3)

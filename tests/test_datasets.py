@@ -5,7 +5,7 @@ import json
 import pytest
 
 from data.datasets import DataError, load_rows
-from stages.recipe import load_recipe
+from stages.pipeline.recipe import load_recipe
 
 
 def spec_for(tmp_path, lines: list[str] | bytes):

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from stages.common import weights_digest
-from stages.manifest import Manifest
+from stages.pipeline.common import weights_digest
+from stages.pipeline.manifest import Manifest
 from tests.micro import SMALL, USER_ROWS
 
 pytestmark = pytest.mark.train  # every test here trains a model
@@ -95,8 +95,8 @@ def test_two_processes_train_grpo_and_sft(small_base, tmp_path):
 
     # the cold start's sampling ran once (on the main process) and gave the set one process gives
     import stages.stage2_cold_start
-    from stages.recipe import load_recipe
-    from stages.runner import run_stage
+    from stages.pipeline.recipe import load_recipe
+    from stages.pipeline.runner import run_stage
 
     one = load_recipe("tiny", sets)
     run_stage(one, "stage2", stages.stage2_cold_start.run, stage_dir=tmp_path / "one" / "stage2",

@@ -16,7 +16,7 @@ BENCH = Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
 
 def r1_eval(model, out, *extra):
     env = {**os.environ, "R1_BENCHMARKS_DIR": str(BENCH), "OMP_NUM_THREADS": zygote.THREADS}
-    return zygote.run([sys.executable, "-m", "stages.cli", "eval", "--model", str(model), "--out", str(out),
+    return zygote.run([sys.executable, "-m", "stages.commands.cli", "eval", "--model", str(model), "--out", str(out),
                        "--k", "2", "--set", "eval.max_new_tokens=16", *extra], env=env, timeout=300)  # a fork of tests/zygote.py
 
 
@@ -74,8 +74,8 @@ def test_summary_metrics_by_hand():
 def test_prompt_format_follows_the_stage_of_the_model(small_base, tmp_path):
     import shutil
 
-    from stages.eval_command import template_for
-    from stages.manifest import Manifest
+    from stages.commands.eval_command import template_for
+    from stages.pipeline.manifest import Manifest
 
     _, base = small_base
     assert template_for(base.checkpoint, "r1_zero") == "r1_zero"  # a base checkpoint: the recipe's format
@@ -89,8 +89,8 @@ def test_prompt_format_follows_the_stage_of_the_model(small_base, tmp_path):
 
 
 def test_the_task_benchmark_reads_val_for_tuning_and_test_for_reporting():
-    from stages.eval_command import benchmark_rows
-    from stages.recipe import load_recipe
+    from stages.commands.eval_command import benchmark_rows
+    from stages.pipeline.recipe import load_recipe
 
     r = load_recipe("tiny", ["task_world.n_train=50", "task_world.n_val=30", "task_world.n_test=30",
                              "data.val.limit=30", "data.test.limit=30"])

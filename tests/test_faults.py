@@ -25,10 +25,10 @@ import stages.stage2_cold_start
 import stages.stage3_reasoning_rl
 from data.faults import ENV
 from data.jsonl import read_jsonl, read_jsonl_tolerant
-from stages.common import load_model_and_tokenizer, weights_digest
-from stages.manifest import Manifest
-from stages.runner import run_stage
-from stages.trainer import last_complete_checkpoint
+from stages.pipeline.common import load_model_and_tokenizer, weights_digest
+from stages.pipeline.manifest import Manifest
+from stages.pipeline.runner import run_stage
+from stages.training.skeleton import last_complete_checkpoint
 from tests import zygote
 from tests.micro import MICRO, MICRO4, MICRO23
 
@@ -256,8 +256,8 @@ def test_pipeline_killed_while_side_work_runs(chain4, tmp_path):
     process dies with it (no orphan), and the rerun builds the base again beside the resumed SFT; distill
     adopts it, the same weights as a base built in the stage."""
     from stages.distill import _build_student_base, _student_recipe, prebuilt_dir
-    from stages.recipe import load_recipe
-    from stages.threads import part_threads
+    from stages.pipeline.recipe import load_recipe
+    from stages.pipeline.threads import part_threads
 
     root = copy_chain(chain4, tmp_path, "p", ("base", "stage1", "stage2", "stage3"))
     cmd = cli("pipeline", tmp_path, "p")

@@ -1,7 +1,7 @@
-"""``make findings``: the recipe of each extra run (stages/findings.py)."""
+"""``make findings``: the recipe of each extra run (stages/commands/findings.py)."""
 
-from stages.findings import variant_dir, variant_recipe
-from stages.recipe import load_recipe
+from stages.commands.findings import variant_dir, variant_recipe
+from stages.pipeline.recipe import load_recipe
 
 
 def test_each_variant_changes_only_what_its_finding_compares():

@@ -85,7 +85,7 @@ HIDDEN = {
 
 @pytest.mark.parametrize("name", sorted(HIDDEN))
 def test_words_hidden_in_markup_still_count(name):
-    from stages.rewards import language_consistency_reward
+    from stages.training.rewards import language_consistency_reward
 
     text = HIDDEN[name]
     assert language_fraction(text, "zh") < 0.5 and is_mixed(text, "zh"), name

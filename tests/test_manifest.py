@@ -6,9 +6,9 @@ import json
 import pytest
 
 from data.jsonl import atomic_write_json
-from stages.manifest import Manifest, ManifestError, require_parent
-from stages.recipe import load_recipe
-from stages.runner import run_stage
+from stages.pipeline.manifest import Manifest, ManifestError, require_parent
+from stages.pipeline.recipe import load_recipe
+from stages.pipeline.runner import run_stage
 
 
 @pytest.fixture
@@ -104,7 +104,7 @@ def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):
     def disk_full(fd):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("stages.manifest.os.fsync", disk_full)  # fails after writing, before the rename
+    monkeypatch.setattr("stages.pipeline.manifest.os.fsync", disk_full)  # fails after writing, before the rename
     with pytest.raises(OSError):
         atomic_write_json(target, {"a": 2})
     assert json.loads(target.read_text()) == {"a": 1}

@@ -1,4 +1,4 @@
-"""``r1 passk``: unbiased pass@k curves for every stage, and where they cross (stages/passk.py)."""
+"""``r1 passk``: unbiased pass@k curves for every stage, and where they cross (stages/commands/passk.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from stages.passk import crossings, curve, ks_up_to
+from stages.commands.passk import crossings, curve, ks_up_to
 
 
 def records(correct_per_problem: list[int], n: int) -> list[dict]:
@@ -35,8 +35,8 @@ def test_crossings_name_the_curve_above_on_each_side():
 
 
 def test_passk_samples_each_complete_stage_in_its_template(small_base, tmp_path):
-    from stages.passk import run_passk
-    from stages.recipe import load_recipe
+    from stages.commands.passk import run_passk
+    from stages.pipeline.recipe import load_recipe
     from tests.micro import SMALL
 
     recipe_, _ = small_base
@@ -52,7 +52,7 @@ def test_passk_samples_each_complete_stage_in_its_template(small_base, tmp_path)
 
 
 def test_the_report_shows_passk_or_says_how_to_make_it(tmp_path):
-    from stages.report import passk_section
+    from stages.commands.report import passk_section
 
     assert "make passk" in passk_section(tmp_path, tmp_path)[0]
     (tmp_path / "passk").mkdir()

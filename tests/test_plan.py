@@ -4,10 +4,10 @@ fail with the numbers to change; the memory accounting follows the sharding."""
 import pytest
 import torch
 
-from stages.cli import STAGES, main
-from stages.plan import GB, PlanError, memory_per_device, parameters, plan
-from stages.recipe import RECIPES_DIR, load_recipe
-from stages.rl import grpo_config
+from stages.commands.cli import STAGES, main
+from stages.pipeline.plan import GB, PlanError, memory_per_device, parameters, plan
+from stages.pipeline.recipe import RECIPES_DIR, load_recipe
+from stages.training.grpo import grpo_config
 
 REAL = sorted(p.parent.name for p in RECIPES_DIR.glob("*/recipe.yaml") if p.parent.name != "tiny")
 
@@ -127,7 +127,7 @@ def test_the_plan_says_what_would_fail_and_names_the_student():
 
 
 def test_launch_problems():
-    from stages.plan import launch_problems, vllm_server_layout
+    from stages.pipeline.plan import launch_problems, vllm_server_layout
 
     r = load_recipe("qwen2.5-math-7b", ["stage1.trl.max_grad_norm=0.2"])
     found = launch_problems(r, "stage1", {"distributed_type": "DEEPSPEED", "deepspeed_config": {"gradient_clipping": 1.0}},
@@ -178,7 +178,7 @@ def test_a_multi_process_recipe_is_not_run_as_one_process(capsys, monkeypatch):
     assert main(["stage1", "--recipe", "qwen2.5-math-7b"]) == 2
     assert "launch asks for 8 process(es) per node × 1 node(s) (zero3), and this is one process. Run scripts/launch " \
            "stage1 --recipe qwen2.5-math-7b" in capsys.readouterr().err
-    from stages.cli import launch_refusal
+    from stages.commands.cli import launch_refusal
 
     assert launch_refusal(load_recipe("qwen2.5-math-7b"), "base") is None  # registers the model: one process
 
@@ -195,7 +195,7 @@ def test_one_process_launches_r1_itself():
     launch = importlib.util.module_from_spec(importlib.util.spec_from_loader("launch_script", loader))
     loader.exec_module(launch)
     args = argparse.Namespace(stage="stage1", recipe="tiny", processes=None, nodes=None, config=None, cpu=False)
-    assert launch.command(args, ["--resume"]) == [sys.executable, "-m", "stages.cli", "stage1", "--recipe", "tiny", "--resume"]
+    assert launch.command(args, ["--resume"]) == [sys.executable, "-m", "stages.commands.cli", "stage1", "--recipe", "tiny", "--resume"]
     args.processes = 2
     assert launch.command(args, [])[0] == "torchrun" and "--set=launch.processes_per_node=2" in launch.command(args, [])
 

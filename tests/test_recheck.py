@@ -116,7 +116,7 @@ def test_misconceptions_are_the_same_facts_written_wrong_every_time_and_checks_c
 
 
 def test_a_recipe_with_misconceptions_and_slips_is_refused():
-    from stages.recipe import RecipeError, load_recipe
+    from stages.pipeline.recipe import RecipeError, load_recipe
 
     assert load_recipe("tiny", ["base.corpus.misconceptions=0.15"]).base.corpus.misconceptions == 0.15
     with pytest.raises(RecipeError, match="misconceptions and slip"):

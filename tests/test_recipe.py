@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from stages.recipe import RECIPES_DIR, Recipe, RecipeError, load_recipe
+from stages.pipeline.recipe import RECIPES_DIR, Recipe, RecipeError, load_recipe
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -98,7 +98,7 @@ def test_bf16_autocast_is_auto_true_or_false_and_auto_follows_the_cpu():
     than fp32 (scripts/bench_pretrain_step.py): ``auto`` must resolve to fp32 there."""
     import torch
 
-    from stages.pretrain import use_bf16_autocast
+    from stages.training.pretrain import use_bf16_autocast
 
     assert load_recipe("tiny").base.pretrain.bf16_autocast == "auto"
     assert load_recipe("tiny", ["base.pretrain.bf16_autocast=false"]).base.pretrain.bf16_autocast is False
@@ -143,7 +143,7 @@ def test_bf16_autocast_is_auto_true_or_false_and_auto_follows_the_cpu():
 ])
 def test_values_out_of_range_are_refused_by_the_whole_recipes_dry_run(override, message, capsys):
     """Every numeric setting has its range, and any stage's dry run checks the whole recipe."""
-    from stages.cli import main
+    from stages.commands.cli import main
 
     with pytest.raises(RecipeError, match=re.escape(message)):
         load_recipe("tiny", [override])
@@ -152,7 +152,7 @@ def test_values_out_of_range_are_refused_by_the_whole_recipes_dry_run(override, 
 
 
 def test_eval_counts_must_be_positive(capsys):
-    from stages.cli import main
+    from stages.commands.cli import main
 
     for flag in (["--k", "0"], ["--limit", "0"], ["--limit", "-1"]):
         with pytest.raises(SystemExit):
@@ -180,7 +180,7 @@ def test_general_data_too_small_for_the_sft_mix_is_refused_before_rejection_samp
 def test_trls_string_domains_come_from_trl():
     """Where TRL names the values of a string setting (an enum, choices, or the values its help lists), those
     are its domain, TRL's default among them; a setting whose help names none takes any string."""
-    from stages.recipe import trl_choices, trl_default
+    from stages.pipeline.recipe import trl_choices, trl_default
 
     for config, name, value in [("GRPOConfig", "loss_type", "cispo"), ("GRPOConfig", "scale_rewards", "batch"),
                                 ("GRPOConfig", "importance_sampling_level", "sequence"),

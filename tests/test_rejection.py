@@ -80,7 +80,7 @@ def test_real_sampler_resume_matches(small_base, tmp_path):
 
     from data.templates import r1_zero_prompt
     from eval.generate import make_sampler
-    from stages.common import load_model_and_tokenizer
+    from stages.pipeline.common import load_model_and_tokenizer
 
     _, manifest = small_base
     model, tok = load_model_and_tokenizer(manifest.checkpoint, device=torch.device("cpu"), trust_remote_code=False)

@@ -10,11 +10,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from stages.cli import main
+from stages.commands.cli import main
 from stages.distill import student_base
-from stages.manifest import Manifest, hash_checkpoint
-from stages.pretrain import build_key, build_settings, corpus_and_tokenizer, pretrain_tiny
-from stages.recipe import load_recipe
+from stages.pipeline.manifest import Manifest, hash_checkpoint
+from stages.pipeline.recipe import load_recipe
+from stages.pipeline.runner import StageContext
 from stages.release import (
     RELEASE_FILE,
     ReleaseError,
@@ -24,7 +24,7 @@ from stages.release import (
     student_recipe,
     write_release,
 )
-from stages.runner import StageContext
+from stages.training.pretrain import build_key, build_settings, corpus_and_tokenizer, pretrain_tiny
 from tests.micro import SMALL
 
 pytestmark = pytest.mark.train  # the micro tests pretrain a base
@@ -113,7 +113,7 @@ def test_a_stale_release_is_refused_naming_what_differs(released, tmp_path, monk
         register_release(folder, other, tmp_path / "checkpoint", field="base.release")
     assert "corpus" not in str(e.value) and "rebuild-base" in str(e.value) and "base.release=null" in str(e.value)
 
-    import stages.pretrain as pretrain
+    import stages.training.pretrain as pretrain
 
     real_corpus = pretrain.corpus_documents
     monkeypatch.setattr(pretrain, "corpus_documents", lambda *a, **k: real_corpus(*a, **k)[::-1])  # changed code
@@ -192,7 +192,7 @@ def test_a_rebuild_gives_the_released_base_bit_for_bit(tmp_path):
     """Pretraining the tiny base from scratch again gives the released weights exactly, on the kind of
     machine it was built on (CPU model, bf16 kernels) with its thread count; elsewhere the sums differ by
     design, and the build key must still agree."""
-    from stages.manifest import device_info
+    from stages.pipeline.manifest import device_info
 
     recipe = load_recipe("tiny")
     info = read_release(Path(recipe.base.release), field="base.release", recipe_name="tiny")

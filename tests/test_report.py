@@ -12,9 +12,9 @@ import pytest
 
 from eval import verdicts
 from eval.stats import Estimate, estimate, paired_difference, verdict
-from stages.manifest import Manifest
-from stages.recipe import load_recipe
-from stages.report import build_report
+from stages.commands.report import build_report
+from stages.pipeline.manifest import Manifest
+from stages.pipeline.recipe import load_recipe
 
 K = 4
 REPO = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ import re
 import pytest
 
 from data.taskworld import TaskWorld
-from stages.rewards import accuracy_reward, format_reward, summary_format_reward
+from stages.training.rewards import accuracy_reward, format_reward, summary_format_reward
 
 WORLD = TaskWorld(seed=1234, families=("add", "sub", "expr3"), min_digits=2, max_digits=3,
                   n_train=10, n_test=200, test_percent=10)
@@ -117,7 +117,7 @@ def test_every_reward_is_bounded_on_the_longest_completions():
     assert not slow
     import time
 
-    from stages.rewards import extract_code
+    from stages.training.rewards import extract_code
 
     t0 = time.perf_counter()
     extract_code("<answer>" * (bench.CHARS // 8))

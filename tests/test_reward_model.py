@@ -1,4 +1,4 @@
-"""The reward-model trainer (stages/reward_model.py) on the shared small base: it trains, saves a model
+"""The reward-model trainer (stages/training/reward_model.py) on the shared small base: it trains, saves a model
 whose scorer ranks a chosen response above a rejected one after training on a trivially separable set
 (the untrained model ranked them the other way), records its metrics, and a resumed stage does not train
 a finished model again; one interrupted before its metrics were recorded is trained again."""
@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from stages.common import set_seed
-from stages.manifest import Manifest
-from stages.recipe import load_recipe
-from stages.reward_model import RewardScorer, train_reward_model
-from stages.runner import StageContext
+from stages.pipeline.common import set_seed
+from stages.pipeline.manifest import Manifest
+from stages.pipeline.recipe import load_recipe
+from stages.pipeline.runner import StageContext
+from stages.training.reward_model import RewardScorer, train_reward_model
 from tests.micro import SMALL
 
 pytestmark = pytest.mark.train  # every test here trains a model
@@ -37,7 +37,7 @@ def untrained_margin(base: str, seed: int) -> float:
     """score(GOOD) - score(BAD) of the base with the scalar head the trainer starts from (same seed)."""
     from transformers import AutoModelForSequenceClassification
 
-    from stages.common import load_tokenizer
+    from stages.pipeline.common import load_tokenizer
 
     tok = load_tokenizer(base)
     set_seed(seed)

@@ -4,8 +4,8 @@ import functools
 
 import pytest
 
-from stages import rewards as R
-from stages.rewards import (
+from stages.training import rewards as R
+from stages.training.rewards import (
     accuracy_reward,
     format_reward,
     get_reward,
@@ -170,7 +170,7 @@ def test_registry():
 def test_the_recipe_checks_names_against_the_registry():
     """One registry: every name the recipe accepts is built by rewards.py (rules) or by stage 4 (reward
     models), and a name the registry lacks is refused, with the known ones listed."""
-    from stages.recipe import RecipeError, load_recipe
+    from stages.pipeline.recipe import RecipeError, load_recipe
 
     assert R.REWARD_NAMES == (*R.RULE_REWARDS, *R.MODEL_REWARDS)
     for name in R.RULE_REWARDS:
@@ -197,7 +197,7 @@ def test_trl_calling_convention_extra_kwargs_are_ignored():
 def test_stage4_rewards_route_each_row_to_its_own():
     """Reasoning rows get the rule rewards, general rows the reward models; helpfulness reads the
     summary only, harmlessness the whole response; each returns None for the other kind of row."""
-    from stages.recipe import load_recipe
+    from stages.pipeline.recipe import load_recipe
     from stages.stage4_final import routed_rewards
 
     seen = {}

@@ -379,14 +379,14 @@ def test_forged_verdicts_score_zero(name, hook):
 
 @pytest.mark.parametrize("name", sorted(FORGERIES))
 def test_forged_verdicts_earn_no_reward(name):
-    from stages.rewards import accuracy_reward
+    from stages.training.rewards import accuracy_reward
 
     assert accuracy_reward([_completion(FORGERIES[name])], answer=[None], verifier=["code"],
                            tests=[FORGE_TESTS]) == [0.0]
 
 
 def test_honest_solutions_score_as_before():
-    from stages.rewards import accuracy_reward
+    from stages.training.rewards import accuracy_reward
 
     right, half = "def f(x):\n    return x + 1\n", "def f(x):\n    return 2 if x == 1 else 0\n"
     assert [run_tests(c, FORGE_TESTS).fraction for c in (WRONG, right, half)] == [0.0, 1.0, 0.5]
@@ -529,7 +529,7 @@ def test_a_name_no_one_declares_is_a_test_error_and_declared_imports_are_the_ben
     """A test's bare name that neither the test, its declared imports, the standard library nor the code
     under test binds is a test error, counted apart (never a pass), even where the candidate imports it;
     with the benchmark's ``test_imports`` it is theirs, not the candidate's."""
-    from stages.rewards import STATS, accuracy_reward
+    from stages.training.rewards import STATS, accuracy_reward
 
     tests = ["assert isclose(volume_cone(5, 12), 314.1592653589793, rel_tol=0.001)"]
     alias = WRONG_CONE + "from unittest.mock import MagicMock as isclose\n"

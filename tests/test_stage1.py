@@ -23,9 +23,9 @@ import stages.base
 import stages.stage1_zero
 from data.jsonl import read_jsonl_tolerant
 from data.templates import r1_zero_prompt
-from stages.manifest import Manifest, ManifestError
-from stages.runner import run_stage
-from stages.trainer import checkpoint_problem, last_complete_checkpoint, truncate_jsonl
+from stages.pipeline.manifest import Manifest, ManifestError
+from stages.pipeline.runner import run_stage
+from stages.training.skeleton import checkpoint_problem, last_complete_checkpoint, truncate_jsonl
 from tests import zygote
 from tests.micro import MICRO, recipe, with_base
 
@@ -89,8 +89,8 @@ def test_the_accuracy_reward_alone_teaches_the_answer(base_run, tmp_path):
     "User: What is 3 + 4? Assistant: <answer>" the micro base says "7" 1-2% of the time (its
     one-token answers are nearly uniform); 15 steps of 64 one-token samples, paid only when the
     grader finds them correct, make it the likely answer."""
-    from stages.common import load_model_and_tokenizer
-    from stages.rl import run_rl
+    from stages.pipeline.common import load_model_and_tokenizer
+    from stages.training.grpo import run_rl
 
     r = recipe(with_base(base_run, tmp_path, "learn"), "learn", [
         "stage1.rewards={accuracy: 1.0}", "stage1.max_completion_length=1", "stage1.steps=15",
@@ -121,7 +121,7 @@ def test_the_accuracy_reward_alone_teaches_the_answer(base_run, tmp_path):
 def test_the_pass_rate_filter_chooses_what_grpo_trains_on(base_run, tmp_path):
     """With ``pass_rate_filter``, the stage samples its pool before training, records the filter in the
     manifest and trains on the kept prompts only; a filter that keeps nothing stops the stage, naming it."""
-    from stages.rl import POOL_DIR, run_rl
+    from stages.training.grpo import POOL_DIR, run_rl
 
     rows = [{"id": f"q{i}", "problem": f"What is {i} + 3?", "answer": str(i + 3)} for i in range(8)]
 
@@ -214,23 +214,23 @@ def test_resume_after_crash_ignores_partial_checkpoint(base_run, tmp_path):
 
 
 def test_crash_after_training_resumes_without_retraining(base_run, tmp_path, monkeypatch):
-    import stages.rl
+    import stages.training.grpo
 
     root = with_base(base_run, tmp_path, "late")
     r = recipe(root, "late", ["stage1.steps=2"])
     d = r.stage_dir("stage1")
-    real = stages.rl.evaluate
+    real = stages.training.grpo.evaluate
 
     def dies_after(recipe_, model, tokenizer, rows, out_dir, *args):
         if Path(out_dir).name == "eval_after":
             raise Crash("killed during the final evaluation")
         return real(recipe_, model, tokenizer, rows, out_dir, *args)
 
-    monkeypatch.setattr(stages.rl, "evaluate", dies_after)
+    monkeypatch.setattr(stages.training.grpo, "evaluate", dies_after)
     with pytest.raises(Crash):
         run_stage(r, "stage1", stages.stage1_zero.run)
     trained = tensors(d / "checkpoint")
-    monkeypatch.setattr(stages.rl, "evaluate", real)
+    monkeypatch.setattr(stages.training.grpo, "evaluate", real)
     m = run_stage(r, "stage1", stages.stage1_zero.run)
     assert m.status == "complete" and m.data["resumes"][-1]["from_step"] == 2
     assert [row["step"] for row in read_jsonl_tolerant(d / "metrics.jsonl")] == [1, 2]
@@ -329,7 +329,7 @@ def test_vllm_generation_without_vllm_is_refused(base_run, tmp_path):
 
 def cli(root: Path, name: str, *extra: str) -> list[str]:
     sets = [f"run_root={root}", f"name={name}", *MICRO, "stage1.steps=8", *extra]
-    return [sys.executable, "-m", "stages.cli", "stage1", "--recipe", "tiny", *[a for s in sets for a in ("--set", s)]]
+    return [sys.executable, "-m", "stages.commands.cli", "stage1", "--recipe", "tiny", *[a for s in sets for a in ("--set", s)]]
 
 
 def test_sigkill_then_resume_through_the_cli(base_run, tmp_path):

@@ -15,10 +15,10 @@ import stages.stage3_reasoning_rl
 from data.jsonl import read_jsonl_tolerant
 from data.templates import end_of_turn_token, is_readable_response
 from eval.stats import per_problem
-from stages.common import load_tokenizer
-from stages.manifest import ManifestError
-from stages.runner import run_stage
-from stages.sft import run_sft
+from stages.pipeline.common import load_tokenizer
+from stages.pipeline.manifest import ManifestError
+from stages.pipeline.runner import run_stage
+from stages.training.sft import run_sft
 from tests.micro import chain_recipe
 
 pytestmark = pytest.mark.train  # every test here trains a model
@@ -119,8 +119,8 @@ def test_a_moved_run_folder_still_chains_and_resumes(chain, tmp_path, capsys):
     """Manifests record the paths inside the run folder relative to themselves: a run folder moved and
     renamed (its old path gone) passes `r1 status`, and an interrupted stage in it resumes against its
     parent there."""
-    from stages.cli import main
-    from stages.manifest import Manifest
+    from stages.commands.cli import main
+    from stages.pipeline.manifest import Manifest
     from tests.micro import MICRO23, recipe
 
     chain_recipe(chain, tmp_path / "cluster", "run")  # a copy of the chain's base and stage 1

@@ -21,18 +21,18 @@ import torch
 from transformers import TrainerCallback
 
 import stages.distill
+import stages.pipeline.threads
 import stages.stage2_cold_start
 import stages.stage3_reasoning_rl
 import stages.stage4_final
-import stages.threads
 from data import general as G
 from data.jsonl import read_jsonl
 from data.templates import CHAT_INSTRUCTION, chat_user_message, summary_of
-from stages.manifest import Manifest, hash_checkpoint
-from stages.report import build_report
-from stages.reward_model import RewardScorer
-from stages.runner import run_stage, side_work_for
-from stages.threads import part_threads
+from stages.commands.report import build_report
+from stages.pipeline.manifest import Manifest, hash_checkpoint
+from stages.pipeline.runner import run_stage, side_work_for
+from stages.pipeline.threads import part_threads
+from stages.training.reward_model import RewardScorer
 from tests.micro import MICRO4, chain_recipe
 
 pytestmark = pytest.mark.train  # every test here trains a model
@@ -146,9 +146,9 @@ def test_stage4_then_distillation(chain, tmp_path, scripted, control_calls, monk
     # as in `r1 pipeline`: distill and distill_rl come later, so stage 4's SFT (on the tiny recipe's one thread,
     # which leaves a core free) has the student's base built beside it (the micro student is not released),
     # and its reward models and final RL the control's training on that base; the final RL is interrupted,
-    # which stops the latter. A busy machine changes no count (stages/threads.py)
+    # which stops the latter. A busy machine changes no count (stages/pipeline/threads.py)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(stages.threads, "busy_elsewhere", lambda *a, **k: 1.0)
+    monkeypatch.setattr(stages.pipeline.threads, "busy_elsewhere", lambda *a, **k: 1.0)
     side_work = side_work_for("stage4", ["distill", "distill_rl"])
     with pytest.raises(KeyboardInterrupt):
         run_stage(r, "stage4", lambda ctx: stages.stage4_final.run(ctx, callbacks=[Interrupt()]), side_work=side_work)
@@ -355,7 +355,7 @@ def check_general_eval(r, m, d4, scripted, sft_text: str) -> None:
 
 def test_distillation_budgets_must_match():
     """One budget for both arms: the recipe refuses a control of another length or an SFT with epochs."""
-    from stages.recipe import RecipeError, load_recipe
+    from stages.pipeline.recipe import RecipeError, load_recipe
 
     r = load_recipe("tiny")
     assert r.distill.budget_steps == r.distill.control.steps and r.distill.sft.epochs is None
@@ -374,7 +374,7 @@ def test_the_sft_runs_exactly_the_budget():
     from types import SimpleNamespace
 
     from stages.distill import budget_sft
-    from stages.recipe import load_recipe
+    from stages.pipeline.recipe import load_recipe
 
     cfg = load_recipe("tiny").distill
     for budget in (1, 2, 7, 60, 157, 471):
@@ -413,8 +413,8 @@ def test_a_prebuilt_student_base_is_adopted_only_when_it_is_the_one_distill_woul
     """distill takes the side work's base only if it was built from the same student recipe on the thread
     count distill uses (else it builds its own), and also when a killed run had moved it but not yet
     recorded it; a complete one is not built again by a resumed stage 4."""
-    from stages.recipe import load_recipe
-    from stages.runner import StageContext
+    from stages.pipeline.recipe import load_recipe
+    from stages.pipeline.runner import StageContext
 
     r = load_recipe("tiny", [f"run_root={tmp_path}", *MICRO4])
     student = r.distill.students[0]
@@ -461,10 +461,10 @@ def test_a_prebuilt_control_training_is_adopted_only_when_distill_rl_would_train
     """distill_rl takes the control's training done beside stage 4 only if it ran on the same recipe, from the
     same base (the hash of its files) and on distill_rl's thread count; else it removes it and trains itself.
     Adopted, the training counts as finished (``begin``) and the stage records where it was done."""
-    from stages.recipe import load_recipe
-    from stages.runner import StageContext
-    from stages.threads import part_threads
-    from stages.trainer import begin
+    from stages.pipeline.recipe import load_recipe
+    from stages.pipeline.runner import StageContext
+    from stages.pipeline.threads import part_threads
+    from stages.training.skeleton import begin
 
     r = load_recipe("tiny", [f"run_root={tmp_path}", *MICRO4])
     base = tmp_path / "base"

@@ -7,7 +7,7 @@ import pytest
 from data.corpus import corpus_documents
 from data.taskworld import FAMILIES, Problem, TaskWorld, split_of, trace
 from eval.language import is_mixed, language_fraction
-from stages.recipe import CorpusConfig
+from stages.pipeline.recipe import CorpusConfig
 
 
 def world(**kw):

@@ -1,4 +1,4 @@
-"""The parallel layout of a stage: the recipe's thread count and sampling processes, never measured (stages/threads.py)."""
+"""The parallel layout of a stage: the recipe's thread count and sampling processes, never measured (stages/pipeline/threads.py)."""
 
 import os
 import subprocess
@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from stages.threads import SideJob, busy_elsewhere, fix_threads, fixed_threads, part_threads
+from stages.pipeline.threads import SideJob, busy_elsewhere, fix_threads, fixed_threads, part_threads
 
 CORES = len(os.sched_getaffinity(0))
 
@@ -108,8 +108,8 @@ def test_a_process_that_runs_for_a_moment_is_not_taken_for_a_neighbour():
 def test_the_recipe_fixes_each_stages_threads(monkeypatch, tmp_path):
     """The stage's count is the recipe's (its own, else ``default``; none: torch's), whatever the machine
     is doing; R1_THREADS still fixes it; an unknown stage or a count below 1 is refused."""
-    import stages.runner as runner
-    from stages.recipe import load_recipe
+    import stages.pipeline.runner as runner
+    from stages.pipeline.recipe import load_recipe
 
     tiny = load_recipe("tiny")
     assert tiny.threads == {"default": 1, "base": 2} and tiny.sample_processes == 2
@@ -120,7 +120,7 @@ def test_the_recipe_fixes_each_stages_threads(monkeypatch, tmp_path):
     def body(ctx):
         seen.update(ctx.manifest.data["metrics"]["threads"], now=torch.get_num_threads())
 
-    monkeypatch.setattr("stages.threads.busy_elsewhere", lambda seconds=0.3, windows=3: 1.0)  # a busy machine
+    monkeypatch.setattr("stages.pipeline.threads.busy_elsewhere", lambda seconds=0.3, windows=3: 1.0)  # a busy machine
     runner.run_stage(load_recipe("tiny", [f"run_root={tmp_path}", "threads={default: 2, stage1: 1}",
                                           "sample_processes=3"]), "base", body)
     assert (seen["threads"], seen["now"], seen["chosen_by"], seen["sample_processes"]) == (2, 2, "recipe", 3)
@@ -181,7 +181,7 @@ def test_side_work_that_fails_is_reported_and_side_work_of_a_failed_stage_is_sto
 
 
 def test_core_speed_measures_one_thread_and_leaves_the_count_alone():
-    from stages.threads import core_speed
+    from stages.pipeline.threads import core_speed
 
     torch.set_num_threads(2)
     try:

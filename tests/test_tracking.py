@@ -13,9 +13,9 @@ import pytest
 
 import stages.stage1_zero
 from data.jsonl import read_jsonl_tolerant
-from stages import cards
-from stages.recipe import RecipeError, load_recipe
-from stages.runner import run_stage
+from stages.pipeline import cards
+from stages.pipeline.recipe import RecipeError, load_recipe
+from stages.pipeline.runner import run_stage
 from tests.micro import recipe, with_base
 
 RUN = "tracked/stage1/grpo/seed0"
@@ -121,7 +121,7 @@ def test_tracking_and_hub_settings_are_checked_before_any_work(base_run, tmp_pat
 
 def test_r1_push_and_push_to_hub_send_the_stage(tracked, base_run, tmp_path, monkeypatch, capsys):
     """`r1 push` uploads the checkpoint with its card; `hub.push_to_hub` does it as a stage completes."""
-    from stages.cli import main
+    from stages.commands.cli import main
 
     r, m = tracked
     hub = Hub()

@@ -1,4 +1,4 @@
-"""The trainer skeleton (stages/trainer.py) and TRL's settings passed through a recipe's ``trl:`` mapping:
+"""The trainer skeleton (stages/training/skeleton.py) and TRL's settings passed through a recipe's ``trl:`` mapping:
 any GRPOConfig / SFTConfig / RewardConfig field reaches TRL with no code for it; unknown fields, fields
 the project sets itself and the old recipe shape are refused naming the file and the dotted key; the
 project's defaults are TRL fields, each with its reason; where a trainer starts (fresh, resumed,
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from stages.recipe import (
+from stages.pipeline.recipe import (
     PROJECT_DEFAULTS,
     SET_BY_PROJECT,
     RecipeError,
@@ -19,14 +19,14 @@ from stages.recipe import (
     resolve_recipe_path,
     trl_fields,
 )
-from stages.trainer import begin, device_and_precision
+from stages.training.skeleton import begin, device_and_precision
 
 CPU = torch.device("cpu")
 TINY = str(resolve_recipe_path("tiny"))
 
 
 def grpo(recipe, section="stage1"):
-    from stages.rl import grpo_config
+    from stages.training.grpo import grpo_config
 
     cfg = recipe.stage1 if section == "stage1" else recipe.stage4.rl
     args, _ = grpo_config(cfg, output_dir="/tmp/unused", seed=0, device=CPU, bf16=False,
@@ -49,8 +49,8 @@ def test_a_trl_setting_needs_no_code_change():
 
 
 def test_sft_and_reward_settings_pass_through_too():
-    from stages.reward_model import reward_config
-    from stages.sft import sft_config
+    from stages.training.reward_model import reward_config
+    from stages.training.sft import sft_config
 
     r = load_recipe("tiny", ["stage2.sft.trl.loss_type=dft", "stage2.sft.trl.neftune_noise_alpha=5",
                              "stage4.helpfulness.trl.center_rewards_coefficient=0.5",
@@ -63,8 +63,8 @@ def test_sft_and_reward_settings_pass_through_too():
 
 def test_the_tiny_configs_keep_their_settings():
     """The settings the tiny recipe's trainers had before TRL's settings moved under trl:."""
-    from stages.reward_model import reward_config
-    from stages.sft import sft_config
+    from stages.training.reward_model import reward_config
+    from stages.training.sft import sft_config
 
     r = load_recipe("tiny")
     a = grpo(r)
@@ -81,7 +81,7 @@ def test_the_tiny_configs_keep_their_settings():
         1e-3, "cosine", 0.1, True)
     assert (sft.per_device_train_batch_size, sft.logging_steps, sft.save_steps) == (16, 5, 50)
     # padded batches (TRL's default); padding-free ones, asked for, leave TRL nothing to truncate
-    # (stages.sft.fit_rows drops rows over 256 tokens instead)
+    # (stages.training.sft.fit_rows drops rows over 256 tokens instead)
     assert (sft.padding_free, sft.packing, sft.max_length) == (False, False, 256)
     assert r.stage2.sft.batching == r.stage4.sft.batching == r.distill.sft.batching == "packed"  # data/packing.py
     free, _ = sft_config(load_recipe("tiny", ["stage2.sft.trl.padding_free=true", "stage2.sft.batching=padded"]).stage2.sft,
@@ -247,7 +247,7 @@ def test_precision():
 def test_precision_on_cuda_keeps_fp32_master_weights(monkeypatch):
     """On a GPU, bf16 weights only where DeepSpeed or FSDP keeps fp32 master weights; elsewhere auto is bf16
     autocast over fp32 weights and an explicit bf16 (a pure-bf16 AdamW) is refused, naming the section."""
-    import stages.trainer as T
+    import stages.training.skeleton as T
 
     cuda = torch.device("cuda")
     monkeypatch.setattr(T, "pick_device", lambda _: cuda)
@@ -270,7 +270,7 @@ def test_the_process_group_gets_the_recipe_timeout(monkeypatch):
 
     import accelerate
 
-    from stages.common import init_distributed
+    from stages.pipeline.common import init_distributed
 
     seen = []
     monkeypatch.setattr(accelerate, "PartialState", lambda **kw: seen.append(kw))
@@ -284,7 +284,7 @@ def test_the_process_group_gets_the_recipe_timeout(monkeypatch):
 
 def test_epochs_count_every_process(monkeypatch):
     """8 processes each take their own batches: an epoch is an eighth of the steps (reward models, SFT)."""
-    from stages.trainer import steps_for_epochs
+    from stages.training.skeleton import steps_for_epochs
 
     cfg = SimpleNamespace(batch_size=8, gradient_accumulation_steps=1)
     monkeypatch.setenv("WORLD_SIZE", "1")
@@ -300,9 +300,9 @@ def test_autocast_trains_fp32_weights_under_bf16_matmuls(chain, tmp_path, monkey
     from transformers import AutoModelForCausalLM
     from transformers.models.qwen2 import modeling_qwen2
 
-    import stages.trainer as T
-    from stages.runner import run_stage
-    from stages.sft import run_sft
+    import stages.training.skeleton as T
+    from stages.pipeline.runner import run_stage
+    from stages.training.sft import run_sft
     from tests.micro import chain_recipe
 
     seen, eager = [], []
@@ -337,7 +337,7 @@ def two_sft_steps(small_base, out_dir, overrides: list[str]):
 
     from data.packing import PackedCollator
     from data.templates import CHAT_TEMPLATE
-    from stages.sft import sft_config
+    from stages.training.sft import sft_config
 
     _, base = small_base
     spec = load_recipe("tiny", ["stage2.sft.batch_size=4", "stage2.sft.trl.logging_steps=1",
@@ -401,7 +401,7 @@ def test_packed_collator_keeps_each_example_whole_and_to_itself():
 def test_sft_rows_longer_than_max_length_are_dropped_not_truncated():
     from data.templates import CHAT_TEMPLATE
     from data.tokenizer import build_tokenizer
-    from stages.sft import fit_rows
+    from stages.training.sft import fit_rows
 
     tok = build_tokenizer(["What is 1 + 2? <think> 1+2=3 </think> The final answer is \\boxed{3}."] * 4, 300)
     tok.chat_template = CHAT_TEMPLATE
@@ -442,7 +442,7 @@ def test_length_buckets_give_the_log_probabilities_and_gradients_of_one_padded_p
     """Rows of very different lengths (left-padded prompts, right-padded completions, one completion
     masked whole): the bucketed pass returns TRL's per-token log-probabilities and entropies on every
     completion token, in the rows' order, and the same gradient of a loss over them."""
-    from stages.rl import grpo_trainer_class
+    from stages.training.grpo import grpo_trainer_class
 
     model, tok, kw = micro_grpo(tmp_path, lambda completions, **_: [0.0] * len(completions), ["What is 1 + 2?"] * 8)
     plain, bucketed = grpo_trainer_class(1)(**kw), grpo_trainer_class(4)(**kw)
@@ -487,7 +487,7 @@ def test_dynamic_sampling_trains_on_groups_whose_rewards_differ(tmp_path):
     it, TRL trains on them."""
     import random
 
-    from stages.rl import _zero_variance_groups, grpo_trainer_class
+    from stages.training.grpo import _zero_variance_groups, grpo_trainer_class
 
     rng = random.Random(0)
 
@@ -538,7 +538,7 @@ def test_the_pass_rate_filter_keeps_the_prompts_the_policy_solves_sometimes(tmp_
     without an answer (stage 4's general prompts) are kept unscored, and a second call (a resumed run)
     reads the samples on disk instead of sampling again."""
     import eval.generate
-    from stages.rl import filter_by_pass_rate
+    from stages.training.grpo import filter_by_pass_rate
 
     right = {1: 0, 2: 1, 3: 2, 4: 3, 5: 4, 6: 4}  # row i: this many of its 4 samples right (pass rates 0 … 1)
     rows = [{"id": f"q{i}", "problem": f"What is {i} + 10?", "answer": str(i + 10)} for i in right]
@@ -598,8 +598,8 @@ def test_a_trainers_step_rows_go_to_the_stage_log_not_the_terminal(tmp_path, cap
     from transformers import Qwen2Config, Qwen2ForCausalLM, Trainer, TrainingArguments
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    from stages.runner import setup_logging
-    from stages.trainer import StepProgress
+    from stages.pipeline.runner import setup_logging
+    from stages.training.skeleton import StepProgress
 
     model = Qwen2ForCausalLM(Qwen2Config(vocab_size=16, hidden_size=8, num_hidden_layers=1, num_attention_heads=1,
                                          num_key_value_heads=1, intermediate_size=8))

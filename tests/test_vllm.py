@@ -24,7 +24,7 @@ vllm = pytest.importorskip("vllm")  # noqa: F841  (the module runs where vLLM is
 
 import torch  # noqa: E402
 
-from stages.manifest import Manifest  # noqa: E402
+from stages.pipeline.manifest import Manifest  # noqa: E402
 from tests.micro import USER_ROWS, VLLM_BASE  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.train]
@@ -34,7 +34,7 @@ ENGINE = ["launch.vllm_memory_fraction=0.05", "launch.vllm_max_model_len=256", "
 
 
 def vllm_recipe(root, extra=()):
-    from stages.recipe import load_recipe
+    from stages.pipeline.recipe import load_recipe
 
     return load_recipe("tiny", [f"run_root={root}", *VLLM_BASE, *ENGINE, *extra])
 
@@ -43,7 +43,7 @@ def vllm_recipe(root, extra=()):
 def vllm_base(tmp_path_factory):
     """A micro base whose heads vLLM's CPU attention takes (head_dim 32), probed through vLLM."""
     import stages.base
-    from stages.runner import run_stage
+    from stages.pipeline.runner import run_stage
 
     root = tmp_path_factory.mktemp("runs")
     r = vllm_recipe(root, ["eval.backend=vllm"])
@@ -54,7 +54,7 @@ def vllm_base(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def loaded(vllm_base):
-    from stages.common import load_model_and_tokenizer
+    from stages.pipeline.common import load_model_and_tokenizer
 
     root, r = vllm_base
     path = str(r.stage_dir("base") / "checkpoint")
@@ -73,7 +73,7 @@ def test_greedy_samples_are_the_projects_decoder_samples(vllm_base, loaded):
     token for token, English and Chinese prompts alike (vLLM's own tokenizer splits them differently)."""
     from data.templates import r1_zero_prompt
     from eval.generate import make_sampler
-    from stages.common import load_sampler, release
+    from stages.pipeline.common import load_sampler, release
 
     _, r = vllm_base
     path, model, tok = loaded
@@ -98,7 +98,7 @@ def test_sampled_pass_at_1_and_length_agree_paired(vllm_base, loaded):
     about 45%, so a protocol the engine does not follow fails it)."""
     from eval.generate import make_sampler
     from eval.runner import compare_samplers
-    from stages.common import load_sampler, release
+    from stages.pipeline.common import load_sampler, release
 
     _, r = vllm_base
     path, model, tok = loaded
@@ -128,7 +128,7 @@ def test_the_engine_seed_makes_samples_reproducible_and_release_gives_memory_bac
     import psutil
 
     from data.templates import r1_zero_prompt
-    from stages.common import load_sampler, release
+    from stages.pipeline.common import load_sampler, release
 
     _, r = vllm_base
     path, _, _ = loaded
@@ -171,9 +171,9 @@ def test_pipeline_sampling_phases_run_through_vllm(vllm_base, tmp_path):
     from data.datasets import load_rows
     from eval.rejection import rejection_sample
     from eval.runner import prompt_builder
-    from stages.cli import main as r1
-    from stages.common import load_sampler, release, weights_digest
-    from stages.runner import run_stage
+    from stages.commands.cli import main as r1
+    from stages.pipeline.common import load_sampler, release, weights_digest
+    from stages.pipeline.runner import run_stage
 
     root, _ = vllm_base
     base_m = Manifest.load(root / "tiny" / "base")
@@ -233,7 +233,7 @@ def test_pipeline_sampling_phases_run_through_vllm(vllm_base, tmp_path):
 def test_the_colocated_engine_takes_the_policys_weights(vllm_base, loaded, tmp_path, monkeypatch):
     """TRL's colocated GRPO through the project's trainer subclass (dynamic sampling, length buckets, two
     optimizer steps per generation) on vLLM's CPU build, whose weights sync through vLLM's reload path
-    (``stages.rl.sync_through_reload``). The engine runs fp32 here, as the policy does, so that it and
+    (``stages.training.grpo.sync_through_reload``). The engine runs fp32 here, as the policy does, so that it and
     the policy agree to rounding when they hold the same weights: at every generation TRL's importance
     ratio is 1; after the last optimizer step the engine's log-probabilities of fixed tokens differ from
     the policy's (no sync since), and after a sync they equal them."""
@@ -245,8 +245,8 @@ def test_the_colocated_engine_takes_the_policys_weights(vllm_base, loaded, tmp_p
     from vllm.inputs import TokensPrompt
 
     from data.templates import r1_zero_prompt
-    from stages.recipe import load_recipe
-    from stages.rl import grpo_config, grpo_trainer_class, sync_through_reload
+    from stages.pipeline.recipe import load_recipe
+    from stages.training.grpo import grpo_config, grpo_trainer_class, sync_through_reload
 
     monkeypatch.setattr(vg, "LLM", functools.partial(vg.LLM, dtype="float32"))
     path, _, tok = loaded
@@ -295,7 +295,7 @@ def test_the_colocated_engine_takes_the_policys_weights(vllm_base, loaded, tmp_p
     import gc
     import weakref
 
-    from stages.rl import close_colocated_engine
+    from stages.training.grpo import close_colocated_engine
 
     runner = trainer.vllm_generation.llm.llm_engine.model_executor.driver_worker.model_runner
     held = [weakref.ref(t) for t in runner.kv_caches]  # (its weights, reloaded, stay referenced in vLLM on CPU)

@@ -56,7 +56,7 @@ def test_a_forked_run_past_its_timeout_is_killed(tmp_path):
 
 
 def test_the_cli_forked_writes_what_it_writes_fresh(tmp_path):
-    cmd = [sys.executable, "-m", "stages.cli", "status", str(tmp_path / "nothing")]
+    cmd = [sys.executable, "-m", "stages.commands.cli", "status", str(tmp_path / "nothing")]
     env = {**os.environ, "OMP_NUM_THREADS": zygote.THREADS}
     fresh = subprocess.run(cmd, cwd=zygote.REPO, env=env, capture_output=True, text=True, timeout=120)
     forked = zygote.run(cmd, cwd=zygote.REPO, env=env, timeout=120)

@@ -36,10 +36,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 THREADS = "1"  # the zygote's OMP_NUM_THREADS: one thread per process, as the suite's CLI runs use
-PRELOAD = ("torch", "transformers", "trl", "stages.cli", "stages.runner", "stages.base", "stages.stage1_zero",
+PRELOAD = ("torch", "transformers", "trl", "stages.commands.cli", "stages.pipeline.runner", "stages.base", "stages.stage1_zero",
            "stages.stage2_cold_start", "stages.stage3_reasoning_rl", "stages.stage4_final", "stages.distill",
            "tests.oracle")
-# Variables read when called, not when imported (the project's: data/faults.py, stages/threads.py,
+# Variables read when called, not when imported (the project's: data/faults.py, stages/pipeline/threads.py,
 # data/benchmarks.py; tokenizers reads its own at first use; the interpreter's output settings, which
 # the child applies itself; pytest's note of the running test): a run may set them and still fork.
 READ_AT_CALL = frozenset({"R1_FAULT", "R1_THREADS", "R1_BENCHMARKS_DIR", "TOKENIZERS_PARALLELISM",

@@ -33,7 +33,7 @@ import copy
 import logging
 from pathlib import Path
 
-from stages.runner import run_stage
+from stages.pipeline.runner import run_stage
 
 log = logging.getLogger("r1")
 

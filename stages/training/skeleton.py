@@ -1,13 +1,13 @@
-"""The skeleton the three training jobs share: GRPO (``stages/rl.py``), SFT (``stages/sft.py``) and reward
-models (``stages/reward_model.py``). Each of them keeps only what is its own (datasets, rewards, rollout
+"""The skeleton the three training jobs share: GRPO (``stages/training/grpo.py``), SFT (``stages/training/sft.py``) and reward
+models (``stages/training/reward_model.py``). Each of them keeps only what is its own (datasets, rewards, rollout
 records, evaluations); what they have in common lives here, once:
 
 - :func:`device_and_precision`: the device, the weights' dtype and bf16 compute, from the section's
   ``precision`` (fp32, bf16 weights, or bf16 autocast over fp32 weights); :func:`set_attention`;
 - :func:`begin`: fresh, resumed from the last complete ``checkpoint-N``, or already finished;
 - :func:`trl_args`: TRL's config for a recipe section: TRL's defaults, overridden by the project's
-  (``stages.recipe.PROJECT_DEFAULTS``), by the recipe's ``trl:`` mapping, and last by the settings the
-  project sets itself (``stages.recipe.SET_BY_PROJECT``: output folder, steps, batch, seed, precision…);
+  (``stages.pipeline.recipe.PROJECT_DEFAULTS``), by the recipe's ``trl:`` mapping, and last by the settings the
+  project sets itself (``stages.pipeline.recipe.SET_BY_PROJECT``: output folder, steps, batch, seed, precision…);
 - :func:`fit`: ``trainer.train`` from where :func:`begin` said, LoRA adapters merged into the weights;
 - :func:`save_final`: the final model and tokenizer written atomically by the main process, then a barrier;
 - :class:`LossLog` and :func:`losses`: TRL's log rows in a JSON Lines file, and the first and last loss;
@@ -24,7 +24,7 @@ checkpoint rotation could delete a good one instead). Rows of the run's logs pas
 since those steps run again. A trainer that does not resume (the reward models) starts over.
 
 Several processes: every process trains (data-parallel); only the main one deletes, truncates and saves,
-and the others wait for it at barriers (``stages.common``).
+and the others wait for it at barriers (``stages.pipeline.common``).
 """
 
 from __future__ import annotations
@@ -45,14 +45,15 @@ from transformers import TrainerCallback
 
 from data.jsonl import append_jsonl, read_jsonl_tolerant
 from data.timing import timed
-from stages.common import barrier, is_main, pick_device, save_model_atomically, world_size
+from stages.pipeline.common import barrier, is_main, pick_device, save_model_atomically, world_size
+from stages.pipeline.runner import STEP_LOG
 
 log = logging.getLogger("r1")
 
 # TRL 1.16 still uses transformers' pre-5 names for activation checkpointing (GRPOConfig's
 # ``gradient_checkpointing`` field; ``is_gradient_checkpointing`` and ``gradient_checkpointing_disable/enable``
 # around every generation); transformers 5 keeps them as aliases that warn at each use. The calls are TRL's,
-# not the project's (stages/trainer.py passes the new name where transformers has it): filtered, this one only.
+# not the project's (stages/training/skeleton.py passes the new name where transformers has it): filtered, this one only.
 warnings.filterwarnings("ignore", category=FutureWarning,
                         message=r"`(is_)?gradient_checkpointing(_enable|_disable)?` is deprecated")
 
@@ -156,7 +157,7 @@ def trl_args(cfg, *, output_dir: Path, seed: int, device: torch.device, bf16: bo
     """TRL's config (``cfg.TRL_CONFIG``: GRPOConfig, SFTConfig or RewardConfig) for a recipe section, and
     the settings given to it (for the manifest). ``owned``: what the trainer sets from its own fields
     (steps, batch, lengths…); it wins over the recipe's ``trl:``, which may not name it
-    (``stages.recipe.SET_BY_PROJECT``)."""
+    (``stages.pipeline.recipe.SET_BY_PROJECT``)."""
     import trl
 
     cuda = device.type == "cuda"
@@ -584,14 +585,13 @@ def progress_evaluator(recipe, tokenizer, rows: list[dict], prompt_template: str
     return evaluate
 
 
-STEP_LOG = "r1.steps"  # the logger of every trainer's per-step rows: the stage's log file, not the terminal
 
 
 class StepProgress(TrainerCallback):
     """The terminal's view of a trainer: one progress bar (steps, elapsed, the latest loss, reward and
     held-out pass@1), in place of transformers' bar and its printed ``{'loss': …}`` dictionaries. The
     full rows go to the stage's log file (logger :data:`STEP_LOG`, kept off the terminal by
-    ``stages.runner.setup_logging``) and to the stage's metrics file (its other callbacks)."""
+    ``stages.pipeline.runner.setup_logging``) and to the stage's metrics file (its other callbacks)."""
 
     SHOWN = {"loss": "loss", "reward": "reward", "eval_pass@1": "pass@1"}
 

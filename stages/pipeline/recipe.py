@@ -33,9 +33,7 @@ from typing import Any, ClassVar, Literal
 
 import yaml
 
-from stages.rewards import REWARD_NAMES
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 RECIPES_DIR = REPO_ROOT / "recipes"
 
 
@@ -47,6 +45,12 @@ class RecipeError(ValueError):
 # Sections
 # ---------------------------------------------------------------------------------------------
 
+
+# The rewards a recipe's ``rewards`` may weight, by name (``stages/training/rewards.py`` builds them and checks
+# that its registry holds exactly these): the rule rewards, and the reward models' scores (stage 4 only).
+RULE_REWARD_NAMES = ("format", "summary_format", "accuracy", "language", "overlong")
+MODEL_REWARD_NAMES = ("helpfulness", "harmlessness")
+REWARD_NAMES = (*RULE_REWARD_NAMES, *MODEL_REWARD_NAMES)
 
 @dataclass
 class TaskWorldConfig:
@@ -171,7 +175,7 @@ class PretrainConfig:
     bf16_autocast: bool | Literal["auto"] = "auto"
     # the saved checkpoint keeps the default attention (sdpa) for every later stage
     attn_implementation: Literal["sdpa", "eager"] = "eager"
-    batching: Literal["packed", "by_type", "by_length", "random"] = "packed"  # see stages/pretrain.py make_batches
+    batching: Literal["packed", "by_type", "by_length", "random"] = "packed"  # see stages/training/pretrain.py make_batches
     pack_length: int = 256  # tokens per packed row (batching: packed)
     log_every: int = 25
 
@@ -283,7 +287,7 @@ PROJECT_DEFAULTS: dict[str, dict[str, tuple[Any, str]]] = {
 }
 
 # TRL config fields the project sets itself, and from what: a recipe's ``trl:`` naming one is an error
-# that says what to set instead (stages/trainer.py trl_args, and each trainer, set them).
+# that says what to set instead (stages/training/skeleton.py trl_args, and each trainer, set them).
 SET_BY_PROJECT: dict[str, str] = {
     "output_dir": "the stage folder",
     "max_steps": "steps (SFT and reward models: epochs)",
@@ -430,7 +434,7 @@ class TrainerSection:
     ``precision``: auto = on CUDA bf16 weights under DeepSpeed or FSDP (which keep fp32 master weights),
     else bf16 autocast; fp32 on CPU; fp32; bf16 (bf16 weights: refused on CUDA without DeepSpeed or FSDP);
     autocast = fp32 weights with bf16 matmuls where the device has bf16 kernels, else fp32
-    (``stages.trainer.device_and_precision``).
+    (``stages.training.skeleton.device_and_precision``).
     ``attn_implementation``: the attention kernel of the trainer's model (``model``: the checkpoint's;
     on the CPU, eager ran faster than sdpa under autocast, docs/speed.md). ``gradient_checkpointing``
     applies on CUDA only. ``seed``: null = the recipe's. ``lora``: train LoRA adapters (peft) instead
@@ -439,7 +443,7 @@ class TrainerSection:
     ``eval_every`` (RL and SFT sections; 0: off): every that many optimizer steps, held-out pass@1 of
     the model as it trains, one sample per problem on the first ``eval_problems`` held-out problems,
     logged as ``eval_pass@1`` with that step's metrics (metrics.jsonl and the tracker;
-    ``stages.trainer.ProgressEvaluation``). A monitor: the stage's reported results are its full
+    ``stages.training.skeleton.ProgressEvaluation``). A monitor: the stage's reported results are its full
     evaluations."""
 
     TRL_CONFIG: ClassVar[str] = ""
@@ -477,7 +481,7 @@ class TrainerSection:
 
 @dataclass
 class PassRateFilter:
-    """Train only on prompts the starting policy solves sometimes, not always (``stages/rl.py``
+    """Train only on prompts the starting policy solves sometimes, not always (``stages/training/grpo.py``
     ``filter_by_pass_rate``): before training, ``samples`` completions of each of the first ``pool``
     training prompts (null: all) at the section's rollout temperature and top-p, graded for correctness;
     prompts whose pass rate lies in [``min_pass_rate``, ``max_pass_rate``] are kept. A prompt the policy
@@ -500,7 +504,7 @@ class PassRateFilter:
 
 @dataclass
 class RLConfig(TrainerSection):
-    """One GRPO run on TRL's GRPOTrainer (``stages/rl.py``): stages 1 and 3, stage 4's final RL and the
+    """One GRPO run on TRL's GRPOTrainer (``stages/training/grpo.py``): stages 1 and 3, stage 4's final RL and the
     RL control of distillation.
 
     The project's own fields are typed here; TRL's GRPOConfig settings go under ``trl:`` (learning rate,
@@ -515,7 +519,7 @@ class RLConfig(TrainerSection):
     once (split into ``gradient_accumulation_steps`` micro-batches); ``trl.num_iterations`` > 1 reuses
     a generation for that many steps (GRPO's μ).
 
-    ``rewards``: reward name → weight, summed into the scalar reward. Names (``stages/rewards.py``):
+    ``rewards``: reward name → weight, summed into the scalar reward. Names (``stages/training/rewards.py``):
     ``format``, ``summary_format``, ``accuracy``, ``language`` (target ``language_target``, or each
     row's ``lang``), ``overlong`` (DAPO's soft overlong penalty: 0 up to ``overlong_max_length -
     overlong_buffer`` tokens, then falling linearly to -1 at ``overlong_max_length``; null:
@@ -531,7 +535,7 @@ class RLConfig(TrainerSection):
 
     ``dynamic_sampling``: DAPO's dynamic sampling, at most this many extra generation rounds per step
     that replace the groups whose rewards are all equal (no gradient) by groups of fresh prompts; 0: off
-    (``stages/rl.py`` grpo_trainer_class). One process only.
+    (``stages/training/grpo.py`` grpo_trainer_class). One process only.
 
     ``pass_rate_filter``: before training, drop the prompts the starting policy already always solves
     (or never does) from the training set (:class:`PassRateFilter`); null: train on every prompt.
@@ -610,7 +614,7 @@ class ReasoningRLConfig(RLConfig):
 
 @dataclass
 class SFTSpec(TrainerSection):
-    """One supervised fine-tuning run on TRL's SFTTrainer (``stages/sft.py``), loss on the assistant's
+    """One supervised fine-tuning run on TRL's SFTTrainer (``stages/training/sft.py``), loss on the assistant's
     tokens only. Defaults are DeepSeek-R1's stage-4 SFT where the paper gives them (two epochs). TRL's
     SFTConfig settings (learning rate, schedule, warmup, weight decay, logging and saving…) go under
     ``trl:``.
@@ -733,7 +737,7 @@ class GeneralDataConfig:
 @dataclass
 class RewardModelSpec(TrainerSection):
     """A reward model of stage 4: loaded (``pretrained``: a hub id or path of a sequence-classification
-    reward model), or trained with TRL's RewardTrainer from preference pairs (``stages/reward_model.py``):
+    reward model), or trained with TRL's RewardTrainer from preference pairs (``stages/training/reward_model.py``):
     a ``dataset`` with ``chosen``/``rejected`` conversations, or (null) the tiny world's procedural pairs.
     Training starts from the stage-4 SFT model with a fresh scalar head; TRL's RewardConfig settings
     (learning rate, schedule, warmup, ``center_rewards_coefficient``…) go under ``trl:``. ``lora``: LoRA
@@ -889,7 +893,7 @@ class DistillConfig:
 
 @dataclass
 class FindingsConfig:
-    """``r1 findings`` (``stages/findings.py``): the training seeds every verdict is measured over;
+    """``r1 findings`` (``stages/commands/findings.py``): the training seeds every verdict is measured over;
     0 is the pipeline's own run."""
 
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
@@ -908,7 +912,7 @@ class FindingsConfig:
 
 @dataclass
 class PassKConfig:
-    """``r1 passk`` (``stages/passk.py``): pass@k for k = 1 … ``samples`` on ``problems`` held-out problems,
+    """``r1 passk`` (``stages/commands/passk.py``): pass@k for k = 1 … ``samples`` on ``problems`` held-out problems,
     for the base and every stage (the reasoning boundary)."""
 
     samples: int = 64
@@ -925,7 +929,7 @@ class LaunchConfig:
     nodes, the accelerate config under ``recipes/accelerate/`` (``ddp``, ``zero2``, ``zero3``, ``fsdp``;
     null: a single process), the memory of one accelerator for the dry run's estimate, and how long a
     collective may wait (``timeout_minutes``: the other processes wait at a barrier while the main one
-    evaluates alone; ``stages.common.init_distributed``)."""
+    evaluates alone; ``stages.pipeline.common.init_distributed``)."""
 
     processes_per_node: int = 1
     nodes: int = 1
@@ -965,7 +969,7 @@ class TrackingConfig:
     """Experiment tracking, through transformers' integrations (TRL's ``report_to``): ``report_to`` names
     them (``none``, ``trackio``, ``wandb``, ``tensorboard``…, or a list). Every trainer of a stage is one
     run in ``project``, named ``<recipe>/<stage>/<part>/seed<seed>``, whose config also holds the recipe's
-    name and hash, the stage and its manifest (``stages.trainer.TrackedRun``). trackio (the ``track``
+    name and hash, the stage and its manifest (``stages.training.skeleton.TrackedRun``). trackio (the ``track``
     extra) keeps everything on this machine, under ``$TRACKIO_DIR``: ``trackio show --project
     <project>`` opens its dashboard."""
 
@@ -994,7 +998,7 @@ class TrackingConfig:
 
 @dataclass
 class HubConfig:
-    """Publishing to the Hugging Face hub (``stages/cards.py``). Every stage writes a model card into its
+    """Publishing to the Hugging Face hub (``stages/pipeline/cards.py``). Every stage writes a model card into its
     checkpoint and its curated sets as loadable datasets whatever this says; ``push_to_hub`` (off by
     default) also uploads each completed stage to the model repo ``<repo_prefix>-<stage>`` and its sets
     to ``<repo_prefix>-<stage>-<set>`` (``r1 push`` does it by hand, for one stage)."""
@@ -1016,8 +1020,8 @@ class Recipe:
     run_root: str = "runs"
     trust_remote_code: bool = False
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    # the parallel layout on the CPU, fixed (stages/threads.py): torch threads per stage or part of a stage
-    # (``default``, ``stage4`` or ``stage4.sft`` → count; the parts are stages.runner.STAGE_PARTS; none given:
+    # the parallel layout on the CPU, fixed (stages/pipeline/threads.py): torch threads per stage or part of a stage
+    # (``default``, ``stage4`` or ``stage4.sft`` → count; the parts are stages.pipeline.runner.STAGE_PARTS; none given:
     # torch's default), and the single-threaded processes the CPU sampler shares its batches out between
     # (null: one per torch thread)
     threads: dict[str, int] = field(default_factory=dict)

@@ -291,7 +291,7 @@ def stage_failures(recipe, stage: str) -> list[str]:
         problems.append("distill.students is empty: distillation has no student to train (add one: name, "
                         "pretrained, parameters_b)")
     if stage == "distill_rl" and recipe.base.pretrained is not None:
-        from stages.recipe import RLConfig
+        from stages.pipeline.recipe import RLConfig
 
         if recipe.distill.control == RLConfig():
             problems.append("distill.control is not in the recipe: the RL control would run RLConfig's defaults "
@@ -308,7 +308,7 @@ def _divisors_hint(total: int, by: int) -> str:
 def rl_micro_batch(name: str, cfg, processes: int) -> int:
     """Completions per process and micro-step of a GRPO section run on ``processes`` processes; raises
     PlanError when TRL could not split the step's completions that way. The dry run and the stage
-    itself (``stages.rl.grpo_config``) both check here."""
+    itself (``stages.training.grpo.grpo_config``) both check here."""
     completions = cfg.prompts_per_step * cfg.num_generations
     split = cfg.gradient_accumulation_steps * processes
     if completions % split:

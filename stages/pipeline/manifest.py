@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from data.jsonl import atomic_write_json
-from stages.common import is_main
+from stages.pipeline.common import is_main
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -88,7 +88,7 @@ def library_versions() -> dict[str, str | None]:
 
 def git_commit() -> str | None:
     try:
-        repo = Path(__file__).resolve().parents[1]
+        repo = Path(__file__).resolve().parents[2]
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
                              timeout=5).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,

@@ -7,10 +7,10 @@ pairs ``{"chosen": [user, assistant], "rejected": [user, assistant]}``.
 
 :class:`RewardScorer` scores ``(user text, response)`` pairs the same way the trainer saw them
 (``tokenizer.apply_chat_template`` of the two turns), so that training and scoring cannot drift apart.
-``stages.rewards.make_reward_model_reward`` turns a scorer into a reward function.
+``stages.training.rewards.make_reward_model_reward`` turns a scorer into a reward function.
 
 Precision, the fresh/finished decision, TRL's config (the section's ``trl:`` settings pass through to
-``RewardConfig``), LoRA and the atomic save are the shared trainer skeleton's (``stages/trainer.py``).
+``RewardConfig``), LoRA and the atomic save are the shared trainer skeleton's (``stages/training/skeleton.py``).
 
 Outputs in the stage folder: ``<name>/`` (the model, written atomically), ``<name>_metrics.jsonl``
 (loss per logging step); manifest metrics ``<name>``: pairs, steps, loss, and the pairwise
@@ -35,8 +35,8 @@ import torch
 from data.faults import trainer_faults
 from data.jsonl import write_jsonl_atomic
 from data.templates import training_chat_template
-from stages.common import is_main, load_tokenizer, set_seed
-from stages.trainer import (
+from stages.pipeline.common import is_main, load_tokenizer, set_seed
+from stages.training.skeleton import (
     LossLog,
     TrackedRun,
     begin,
@@ -98,7 +98,7 @@ def pairwise_accuracy(scorer: RewardScorer, pairs: list[dict]) -> float | None:
 def reward_config(spec, *, output_dir: Path, seed: int, device: torch.device, bf16: bool, steps: int,
                   tracked: dict | None = None):
     """(TRL's RewardConfig, the settings given to it) for a RewardModelSpec section (``tracked``: the
-    tracking settings, ``stages.trainer.tracking``). No checkpoints: an interrupted run starts over."""
+    tracking settings, ``stages.training.skeleton.tracking``). No checkpoints: an interrupted run starts over."""
     return trl_args(spec, output_dir=output_dir, seed=seed, device=device, bf16=bf16, max_steps=steps,
                     per_device_train_batch_size=spec.batch_size,
                     gradient_accumulation_steps=spec.gradient_accumulation_steps, max_length=spec.max_length,
@@ -130,7 +130,7 @@ def train_reward_model(ctx, spec, *, pairs: Callable[[], list[dict]], init_ref: 
     random.Random(recipe.seed).shuffle(order)
     n_eval = max(1, int(len(order) * held_out))
     eval_pairs, train_pairs = order[:n_eval], order[n_eval:]
-    if is_main():  # the curated set, published with the stage (stages/cards.py)
+    if is_main():  # the curated set, published with the stage (stages/pipeline/cards.py)
         write_jsonl_atomic(out / f"{name}_pairs.jsonl", [{**p, "split": "held_out"} for p in eval_pairs]
                            + [{**p, "split": "train"} for p in train_pairs])
     seed = seed_of(recipe, spec)

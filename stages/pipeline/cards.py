@@ -22,7 +22,7 @@ from pathlib import Path
 
 from data.jsonl import atomic_write_text, read_jsonl_tolerant
 from eval.stats import METHOD, estimate, per_problem
-from stages.manifest import Manifest
+from stages.pipeline.manifest import Manifest
 
 log = logging.getLogger("r1")
 

@@ -12,10 +12,10 @@
   a second run of the same folder refuses, naming that process; ``r1 status`` shows it running.
 - Any exception marks the manifest ``failed`` with the error, then propagates. A SIGKILL leaves
   ``running``: never ``complete``, because ``complete`` is the last thing a stage writes.
-- Before the body, the stage fixes torch's thread count to the recipe's (``threads``, ``stages/threads.py``)
+- Before the body, the stage fixes torch's thread count to the recipe's (``threads``, ``stages/pipeline/threads.py``)
   and the CPU sampler's processes (``sample_processes``), and records both in ``metrics.threads``.
 - Under several processes (``scripts/launch``) every process runs the body; only the main one writes
-  the manifest and the outputs (``stages.common``), the others wait at barriers.
+  the manifest and the outputs (``stages.pipeline.common``), the others wait at barriers.
 """
 
 from __future__ import annotations
@@ -34,12 +34,13 @@ import torch
 
 from data import timing
 from eval.decode import set_sample_processes
-from stages import cards
-from stages.common import barrier, init_distributed, is_main, peak_rss_mb, rank, world_size
-from stages.manifest import MANIFEST_NAME, Manifest, ManifestError, require_parent
-from stages.threads import core_speed, cores, fix_threads, part_threads
+from stages.pipeline import cards
+from stages.pipeline.common import barrier, init_distributed, is_main, peak_rss_mb, rank, world_size
+from stages.pipeline.manifest import MANIFEST_NAME, Manifest, ManifestError, require_parent
+from stages.pipeline.threads import core_speed, cores, fix_threads, part_threads
 
 log = logging.getLogger("r1")
+STEP_LOG = "r1.steps"  # the logger of every trainer's per-step rows: the stage's log file, not the terminal
 _first_stage_of_process = True
 
 # The stage table: stage → (module[:function] of its body, the stage it builds on). A stage's parent is
@@ -56,13 +57,13 @@ STAGES: dict[str, tuple[str, str | None]] = {
 PIPELINE_ORDER = [s for s in STAGES if s != "distill_rl"]  # the main line; distill_rl is a control
 
 # The parts of a stage the recipe's ``threads`` may name (``stage4.sft``): each runs on its own thread count
-# (``stages.threads.part_threads``), whatever else runs beside it.
+# (``stages.pipeline.threads.part_threads``), whatever else runs beside it.
 STAGE_PARTS: dict[str, tuple[str, ...]] = {
     "stage4": ("rejection", "sft", "reward_models", "final_rl"),
     "distill": ("student_base",),
 }
 
-# Side work (``stages.threads.SideJob``): while parts of ``stage`` leave a core free, a later stage's
+# Side work (``stages.pipeline.threads.SideJob``): while parts of ``stage`` leave a core free, a later stage's
 # independent work runs in a second process, when that later stage runs in the same command (``r1
 # pipeline``). stage → {the later stage: ``module:function`` giving the job, or None when nothing is left to do}.
 SIDE_WORK: dict[str, dict[str, str]] = {
@@ -84,13 +85,13 @@ class StageContext:
     parent: Manifest | None
     resumed: bool
     # Results that another run measured already and that this one may take instead of measuring them
-    # again (``stages/findings.py``: the before-training evaluation of the same model, rows and protocol).
+    # again (``stages/commands/findings.py``: the before-training evaluation of the same model, rows and protocol).
     reuse: dict = field(default_factory=dict)
     # Later stages' independent work, to run while parts of this stage leave a core free (:func:`side_work`):
     # later stage → a function of the recipe that returns a started ``SideJob`` or None.
     side_work: dict[str, Callable] = field(default_factory=dict)
     # The body took a later stage's work done beside an earlier one instead of doing it (distill_rl's
-    # training): ``stages.trainer.begin`` treats it as finished, as for a resumed run.
+    # training): ``stages.training.skeleton.begin`` treats it as finished, as for a resumed run.
     adopted: bool = False
     # r1 base --rebuild: pretrain the tiny base from scratch and write the releases (stages/release.py)
     rebuild: bool = False
@@ -108,7 +109,7 @@ def stage_part(ctx: StageContext, part: str):
 def part_count(ctx: StageContext, part: str) -> int | None:
     """The recipe's thread count for ``<stage>.<part>`` (None: the stage's)."""
     if part not in STAGE_PARTS.get(ctx.stage, ()):
-        raise ValueError(f"{ctx.stage} has no part {part!r} (stages.runner.STAGE_PARTS)")
+        raise ValueError(f"{ctx.stage} has no part {part!r} (stages.pipeline.runner.STAGE_PARTS)")
     return ctx.recipe.threads.get(f"{ctx.stage}.{part}")
 
 
@@ -151,10 +152,9 @@ def _not_news(record: logging.LogRecord) -> bool:
 
 def setup_logging(log_file: Path | None = None) -> None:
     """The project's lines on the terminal and in ``log_file``; trainers' per-step rows (logger
-    ``stages.trainer.STEP_LOG``: ``StepProgress``) in the file only."""
+    :data:`STEP_LOG`: ``stages.training.skeleton.StepProgress``) in the file only."""
     from transformers.utils import logging as hf_logging
 
-    from stages.trainer import STEP_LOG
 
     terminal = logging.StreamHandler(sys.stdout)
     terminal.addFilter(lambda record: not record.name.startswith(STEP_LOG))
@@ -268,7 +268,7 @@ def _run_locked(recipe, stage, body, stage_dir: Path, parent_stage, restart, par
     manifest = Manifest.start(stage_dir, stage, recipe, parent=parent, resumed=resumed)
     ctx = StageContext(recipe, stage, stage_dir, manifest, parent, resumed, dict(reuse or {}), dict(side_work or {}),
                        rebuild=rebuild)
-    threads = fix_threads(stage_threads(recipe, stage))  # the recipe's, for the whole stage: stages/threads.py
+    threads = fix_threads(stage_threads(recipe, stage))  # the recipe's, for the whole stage: stages/pipeline/threads.py
     threads["sample_processes"] = set_sample_processes(recipe.sample_processes)
     speed = {"start": core_speed()}  # the machine's speed, to compare this stage's minutes with other runs'
     manifest.update_metrics(threads=threads, core_gflops=speed)

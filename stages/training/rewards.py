@@ -31,7 +31,7 @@ when every function returns None for a completion.
   answers None for the others, so stage 4 scores each row with its own rewards.
 
 The registry (:data:`RULE_REWARDS`, :data:`MODEL_REWARDS`, :data:`REWARD_NAMES`) names what a recipe's
-``rewards`` may weight; ``stages/recipe.py`` checks names against it, :func:`get_reward` builds one.
+``rewards`` may weight; ``stages/pipeline/recipe.py`` checks names against it, :func:`get_reward` builds one.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 from data.templates import is_readable_response, is_well_formed, think_text
 from eval.language import language_fraction
 from eval.verify import gold_is_parseable, grade_batch
+from stages.pipeline.recipe import MODEL_REWARD_NAMES, RULE_REWARD_NAMES
 
 log = logging.getLogger("r1")
 
@@ -289,10 +290,13 @@ RULE_REWARDS: dict[str, Callable[..., Callable[..., list[float | None]]]] = {
     "overlong": lambda *, overlong_max_length=None, overlong_buffer=0, **_: _overlong(overlong_max_length,
                                                                                        overlong_buffer),
 }
-# Rewards that are a reward model's score: stage 4 trains or loads the models (stages/reward_model.py)
+# Rewards that are a reward model's score: stage 4 trains or loads the models (stages/training/reward_model.py)
 # and builds these with :func:`make_reward_model_reward`.
-MODEL_REWARDS = ("helpfulness", "harmlessness")
+MODEL_REWARDS = MODEL_REWARD_NAMES
 REWARD_NAMES = (*RULE_REWARDS, *MODEL_REWARDS)
+if tuple(RULE_REWARDS) != RULE_REWARD_NAMES:  # the recipe's schema declares the names without importing the grader
+    raise ImportError(f"stages/training/rewards.py RULE_REWARDS {tuple(RULE_REWARDS)} != stages.pipeline.recipe "
+                      f"RULE_REWARD_NAMES {RULE_REWARD_NAMES}")
 
 
 def _overlong(max_length: int | None, buffer: int):

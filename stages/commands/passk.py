@@ -24,7 +24,7 @@ from data.datasets import load_rows
 from data.jsonl import atomic_write_json, read_jsonl_tolerant
 from eval.metrics import pass_at_k
 from eval.stats import METHOD, estimate
-from stages.manifest import MANIFEST_NAME, Manifest
+from stages.pipeline.manifest import MANIFEST_NAME, Manifest
 
 log = logging.getLogger("r1")
 
@@ -75,8 +75,8 @@ def run_passk(recipe, stages: tuple[str, ...] = STAGES) -> Path:
     """Sample, grade and summarise every complete stage of ``stages``; returns the summary's path."""
     from eval.plots import plot_passk
     from eval.runner import evaluate_rows
-    from stages.common import load_sampler
-    from stages.runner import model_ref
+    from stages.pipeline.common import load_sampler
+    from stages.pipeline.runner import model_ref
 
     cfg = recipe.passk
     out = recipe.stage_dir("passk")

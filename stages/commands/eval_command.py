@@ -16,16 +16,16 @@ from data.datasets import load_rows
 from data.jsonl import atomic_write_json
 from eval.budget import budget_sampler
 from eval.runner import evaluate_rows
-from stages.common import load_sampler, release
-from stages.manifest import MANIFEST_NAME, Manifest, now
-from stages.recipe import load_recipe
+from stages.pipeline.common import load_sampler, release
+from stages.pipeline.manifest import MANIFEST_NAME, Manifest, now
+from stages.pipeline.recipe import load_recipe
 
 log = logging.getLogger("r1")
 
 
 def latest_model(recipe) -> str:
     """The checkpoint of the furthest complete stage of the recipe's run."""
-    from stages.runner import PIPELINE_ORDER, model_ref
+    from stages.pipeline.runner import PIPELINE_ORDER, model_ref
 
     for stage in reversed(PIPELINE_ORDER):
         path = recipe.stage_dir(stage) / MANIFEST_NAME
@@ -95,7 +95,7 @@ def benchmark_rows(name: str, recipe, limit: int | None, data_dir: str | None, s
 
 
 def run_eval(args) -> int:
-    from stages.runner import setup_logging
+    from stages.pipeline.runner import setup_logging
 
     setup_logging()
     recipe = load_recipe(args.recipe, args.overrides)

@@ -9,7 +9,7 @@ of every evaluation) and writes ``RUN_DIR/report/report.md`` with its figures be
   not run is shown as missing, never as zero;
 - the paper's five findings (``eval/verdicts.py``), each with its rule, its paired difference with a
   95% interval and a verdict that can be "reproduced", "not reproduced" or "inconclusive"; over the
-  training seeds of ``make findings`` when it has run (``stages/findings.py``), else over the
+  training seeds of ``make findings`` when it has run (``stages/commands/findings.py``), else over the
   pipeline's one seed, and the report says which;
 - the training curves of each RL stage, held-out pass@1 against RL step for stages 1 and 3, pass@k of
   every stage (``make passk``) and the distillation-against-RL table.
@@ -25,9 +25,9 @@ from data.timing import KINDS
 from eval import verdicts
 from eval.plots import plot_step_curves, plot_training
 from eval.stats import METHOD, estimate, per_problem
-from stages.findings import CLIP_VARIANTS, VARIANTS, variant_dir
-from stages.manifest import MANIFEST_NAME, Manifest, ManifestError
-from stages.rl import held_out_by_step
+from stages.commands.findings import CLIP_VARIANTS, VARIANTS, variant_dir
+from stages.pipeline.manifest import MANIFEST_NAME, Manifest, ManifestError
+from stages.training.grpo import held_out_by_step
 
 STAGE_TITLES = {
     "base": "base model (probe, R1-Zero template)",
@@ -145,7 +145,7 @@ def _complete(folder: Path) -> Manifest | None:
 
 
 def _by_step(folder: Path) -> dict[int, list[dict]]:
-    """A complete RL run's held-out samples by RL step (``stages.rl.held_out_by_step``)."""
+    """A complete RL run's held-out samples by RL step (``stages.training.grpo.held_out_by_step``)."""
     m = _complete(folder)
     return held_out_by_step(folder, (m.data["metrics"].get("train") or {}).get("steps")) if m else {}
 
@@ -203,7 +203,7 @@ def _budget(b: dict) -> str:
 def time_rows(run: dict) -> list[list[str]]:
     """Where the minutes went: one row per stage (and per sub-step of stage 4), one column per kind of
     work (``data/timing.py``), in seconds, then the stage's torch threads and the speed of one core when
-    it started and ended (``stages/threads.py`` ``core_speed``); a last row sums the stages. Stages
+    it started and ended (``stages/pipeline/threads.py`` ``core_speed``); a last row sums the stages. Stages
     measured before this was recorded show "–"."""
     rows, total, kinds_total = [], 0.0, dict.fromkeys(KINDS, 0.0)
     for stage, title in STAGE_TITLES.items():
@@ -231,7 +231,7 @@ def time_rows(run: dict) -> list[list[str]]:
 
 
 def side_work_lines(run: dict) -> list[str]:
-    """What ran beside a stage in another process (``stages.threads.SideJob``): its time is not in any row."""
+    """What ran beside a stage in another process (``stages.pipeline.threads.SideJob``): its time is not in any row."""
     lines = []
     for stage, title in STAGE_TITLES.items():
         side = (run[stage].data.get("metrics", {}).get("side_work") if run[stage] else None) or {}
@@ -279,7 +279,7 @@ def provenance_lines(run: dict) -> list[str]:
             busy = max(busy, t.get("busy_elsewhere") or 0.0)
     if layouts:
         shown = "; ".join(f"{th} thread(s), {sp} sampling process(es) ({by})" for th, sp, by in sorted(layouts, key=str))
-        lines.append(f"- Parallel layout (fixed by the recipe, `stages/threads.py`): {shown}. Other processes were busy "
+        lines.append(f"- Parallel layout (fixed by the recipe, `stages/pipeline/threads.py`): {shown}. Other processes were busy "
                      f"on up to {busy:.1f} cores when a stage started" + (": they slowed the run, they did not change its "
                                                                           "numbers." if busy >= 0.5 else "."))
     return lines + [""] if lines else []
@@ -309,7 +309,7 @@ def distill_table(run: dict) -> list[list[str]]:
 
 
 def passk_section(run_dir: Path, out: Path) -> list[str]:
-    """pass@k for every stage (``r1 passk``, ``stages/passk.py``): a table, the figure and where curves
+    """pass@k for every stage (``r1 passk``, ``stages/commands/passk.py``): a table, the figure and where curves
     cross; a line saying how to make it when it has not run."""
     path = run_dir / "passk" / "summary.json"
     if not path.is_file():

@@ -1,5 +1,5 @@
 """The shared supervised fine-tuning runner: TRL's ``SFTTrainer``, configured from a recipe's SFT
-section (``stages.recipe.SFTSpec``; its ``trl:`` settings pass through to ``SFTConfig``). Stage 2 (cold
+section (``stages.pipeline.recipe.SFTSpec``; its ``trl:`` settings pass through to ``SFTConfig``). Stage 2 (cold
 start), stage 4 (SFT on the curated mix) and distillation use it.
 
 Rows are conversations (``messages``: the user's turn, then the assistant's response); the loss is on
@@ -13,7 +13,7 @@ in its generation prompt (R1-Distill's ``<think>\n``), each target's think block
 
 Precision, the fresh/resume/finished decision, TRL's config, LoRA (adapters merged into the weights
 before saving: the checkpoint is always a plain model) and the atomic save are the shared trainer
-skeleton's (``stages/trainer.py``).
+skeleton's (``stages/training/skeleton.py``).
 
 Outputs in the stage folder: ``<name>/`` (the final model + tokenizer, written atomically),
 ``<name>_trainer/checkpoint-N`` (resumable: model, optimizer, scheduler, RNG), and
@@ -39,8 +39,8 @@ from data.templates import (
     end_of_turn_token,
     training_chat_template,
 )
-from stages.common import is_main, load_model_and_tokenizer, processes_summary, set_seed, world_size
-from stages.trainer import (
+from stages.pipeline.common import is_main, load_model_and_tokenizer, processes_summary, set_seed, world_size
+from stages.training.skeleton import (
     LossLog,
     ProgressEvaluation,
     TrackedRun,
@@ -72,7 +72,7 @@ def sft_config(cfg, *, output_dir: Path, seed: int, device: torch.device, bf16: 
     attention, CUDA) the attention runs over the whole concatenated row, and on the CPU that made the
     tiny SFT 1.8× slower than padded batches (docs/speed.md). TRL then cannot truncate (it refuses a
     ``max_length`` without packing); :func:`fit_rows` has already dropped the rows longer than
-    ``max_length``, so TRL gets none. ``tracked``: the tracking settings (``stages.trainer.tracking``)."""
+    ``max_length``, so TRL gets none. ``tracked``: the tracking settings (``stages.training.skeleton.tracking``)."""
     padding_free = cfg.setting("padding_free") and not cfg.setting("packing")
     return trl_args(cfg, output_dir=output_dir, seed=seed, device=device, bf16=bf16, max_steps=steps,
                     per_device_train_batch_size=cfg.batch_size,

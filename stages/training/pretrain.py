@@ -31,7 +31,7 @@ from data.packing import first_fit_rows
 from data.taskworld import TaskWorld
 from data.timing import timed_as
 from data.tokenizer import add_summary_tokens, build_tokenizer
-from stages.common import set_seed
+from stages.pipeline.common import set_seed
 
 log = logging.getLogger("r1")
 

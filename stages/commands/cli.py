@@ -21,9 +21,9 @@ import json
 import sys
 from pathlib import Path
 
-from stages.manifest import MANIFEST_NAME, Manifest, ManifestError
-from stages.recipe import RecipeError, load_recipe
-from stages.runner import STAGES, running_pid
+from stages.pipeline.manifest import MANIFEST_NAME, Manifest, ManifestError
+from stages.pipeline.recipe import RecipeError, load_recipe
+from stages.pipeline.runner import STAGES, running_pid
 
 
 def _stage_args(p: argparse.ArgumentParser) -> None:
@@ -108,12 +108,12 @@ def non_negative_int(text: str) -> int:
 
 
 def cmd_stage(args) -> int:
-    from stages.runner import run_stage, setup_logging, side_work_for
+    from stages.pipeline.runner import run_stage, setup_logging, side_work_for
 
     recipe = load_recipe(args.recipe, args.overrides)
     stages = list(STAGES) if args.command == "pipeline" else [args.command]
     if args.dry_run:
-        from stages.plan import plan
+        from stages.pipeline.plan import plan
 
         for stage in stages:
             print("\n".join(plan(recipe, stage)))
@@ -137,7 +137,7 @@ def launch_refusal(recipe, command: str) -> str | None:
     as one process (a plain ``r1 stage1``), would train on one GPU what was planned for many, with the
     batch arithmetic of another run; the message gives the command that launches it as planned. The base
     stage trains nothing on a real recipe (it registers the model) and runs in one process anywhere."""
-    from stages.common import world_size
+    from stages.pipeline.common import world_size
 
     launch = recipe.launch
     if world_size() > 1 or launch.processes == 1 or command == "base":
@@ -190,7 +190,7 @@ def cmd_status(args) -> int:
 
 
 def cmd_push(args) -> int:
-    from stages.cards import push
+    from stages.pipeline.cards import push
 
     run_dir = Path(args.run_dir) if args.run_dir else load_recipe("tiny").stage_dir("x").parent
     for repo in push(run_dir / args.stage, args.repo_id, private=not args.public, datasets=not args.no_datasets):
@@ -199,8 +199,8 @@ def cmd_push(args) -> int:
 
 
 def cmd_findings(args) -> int:
-    from stages.findings import run_findings
-    from stages.runner import setup_logging
+    from stages.commands.findings import run_findings
+    from stages.pipeline.runner import setup_logging
 
     setup_logging()
     recipe = load_recipe(args.recipe, args.overrides)
@@ -210,8 +210,8 @@ def cmd_findings(args) -> int:
 
 
 def cmd_passk(args) -> int:
-    from stages.passk import run_passk
-    from stages.runner import setup_logging
+    from stages.commands.passk import run_passk
+    from stages.pipeline.runner import setup_logging
 
     setup_logging()
     print(f"passk: {run_passk(load_recipe(args.recipe, args.overrides))}")
@@ -219,7 +219,7 @@ def cmd_passk(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from stages.report import build_report
+    from stages.commands.report import build_report
 
     run_dir = Path(args.run_dir) if args.run_dir else load_recipe("tiny").stage_dir("x").parent
     path = build_report(run_dir)
@@ -233,7 +233,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from stages.eval_command import run_eval
+    from stages.commands.eval_command import run_eval
 
     return run_eval(args)
 

@@ -1,11 +1,11 @@
 """The shared RL runner: every RL stage (1, 3, 4's final RL, distillation's control) trains through :func:`run_rl`.
 
-It *configures* TRL's ``GRPOTrainer`` from a recipe's :class:`stages.recipe.RLConfig` section (the
-section's ``trl:`` settings pass through to ``GRPOConfig``, ``stages/trainer.py``); it does not fork it,
+It *configures* TRL's ``GRPOTrainer`` from a recipe's :class:`stages.pipeline.recipe.RLConfig` section (the
+section's ``trl:`` settings pass through to ``GRPOConfig``, ``stages/training/skeleton.py``); it does not fork it,
 and subclasses it only where a section asks for the training forward pass in length buckets or for
 DAPO's dynamic sampling (:func:`grpo_trainer_class`). What it adds around the trainer:
 
-- reward functions by name and weight (``stages/rewards.py``), each wrapped so that a
+- reward functions by name and weight (``stages/training/rewards.py``), each wrapped so that a
   :class:`RolloutRecorder` sees every scored batch: it logs accuracy, format rate, think rate and
   language-mix rate through TRL's ``log_metric``, writes ``samples/step_XXXXX.jsonl`` every
   ``sample_every`` steps, and appends correct *and* well-formed completions to
@@ -24,7 +24,7 @@ DAPO's dynamic sampling (:func:`grpo_trainer_class`). What it adds around the tr
   is not refreshed as the policy learns.
 
 Precision, the fresh/resume/finished decision, TRL's config, LoRA and the atomic save are the shared
-trainer skeleton's (``stages/trainer.py``). On resume from ``checkpoint-N``, rows of ``metrics.jsonl``,
+trainer skeleton's (``stages/training/skeleton.py``). On resume from ``checkpoint-N``, rows of ``metrics.jsonl``,
 ``cold_start_candidates*.jsonl``, sample files and step evaluations past step N are dropped, since those
 steps run again; the manifest's last resume entry gets ``from_step: N``.
 
@@ -58,8 +58,7 @@ from data.templates import assistant_prefill, is_readable_response, is_well_form
 from eval.decode import fast_generate, supports
 from eval.language import is_mixed
 from eval.recheck import label as recheck_label
-from stages import rewards as R
-from stages.common import (
+from stages.pipeline.common import (
     barrier,
     is_main,
     load_model_and_tokenizer,
@@ -71,8 +70,9 @@ from stages.common import (
     set_seed,
     world_size,
 )
-from stages.plan import rl_micro_batch
-from stages.trainer import (
+from stages.pipeline.plan import rl_micro_batch
+from stages.training import rewards as R
+from stages.training.skeleton import (
     ProgressEvaluation,
     TrackedRun,
     begin,
@@ -242,9 +242,9 @@ def eval_step_dir(out: Path, step: int) -> Path:
 
 class StepEvaluation(TrainerCallback):
     """Evaluates the model as it is after each optimizer step of ``steps`` (``evaluate_now(model,
-    step)``), on the main process, on the model ``stages.trainer.whole_model`` gives it (under ZeRO-3 or
+    step)``), on the main process, on the model ``stages.training.skeleton.whole_model`` gives it (under ZeRO-3 or
     FSDP every process takes part in gathering it; the others then train on). Sampling runs under
-    ``stages.trainer.rng_untouched``: training draws the same random numbers as it would without these
+    ``stages.training.skeleton.rng_untouched``: training draws the same random numbers as it would without these
     evaluations. :meth:`install` gives it the trainer."""
 
     def __init__(self, steps: Sequence[int], evaluate_now: Callable):
@@ -424,7 +424,7 @@ def close_colocated_engine(trainer) -> None:
 def grpo_config(cfg, *, output_dir: Path, seed: int, device: torch.device, bf16: bool, reward_weights: list[float],
                 section: str, tracked: dict | None = None):
     """(TRL's GRPOConfig, the settings given to it) for an RLConfig section (``section`` names it in errors;
-    ``tracked``: the tracking settings, ``stages.trainer.tracking``)."""
+    ``tracked``: the tracking settings, ``stages.training.skeleton.tracking``)."""
     micro = rl_micro_batch(section, cfg, world_size())  # PlanError, with the numbers to change, if TRL cannot split
     return trl_args(
         cfg, output_dir=output_dir, seed=seed, device=device, bf16=bf16,
@@ -699,7 +699,7 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
            model_ref: str, data_name: str = "task_world_train", data_source: str = "data/taskworld.py",
            eval_template: str = "r1_zero", callbacks: Sequence | None = None,
            rewards: tuple[list[str], list[Callable], list[float]] | None = None, held_out: bool = True) -> Path:
-    """Train ``model_ref`` with GRPO under ``cfg`` inside a stage (``ctx``: stages.runner.StageContext).
+    """Train ``model_ref`` with GRPO under ``cfg`` inside a stage (``ctx``: stages.pipeline.runner.StageContext).
 
     Evaluates ``eval_rows`` before and after, with prompts in ``eval_template`` (``r1_zero`` or
     ``chat``: the format ``build_prompt(row)`` trains in); returns the final checkpoint folder.
