@@ -71,7 +71,8 @@ from stages.pipeline.runner import StageContext, model_ref, stage_part, stage_th
 from stages.pipeline.threads import SideJob, fix_threads, fixed_threads
 from stages.release import register_release, release_path
 from stages.release import student_recipe as _student_recipe
-from stages.training.grpo import METRICS_NAME, evaluate, run_rl
+from stages.training.evaluation import held_out
+from stages.training.grpo import METRICS_NAME, run_rl
 from stages.training.pretrain import pretrain_tiny
 from stages.training.sft import run_sft
 
@@ -103,15 +104,15 @@ def run(ctx) -> Path:
         base = student_base(ctx, student)
         record = students.setdefault(student.name, {})
         if "eval_base" not in record:
-            record["eval_base"] = run_once(evaluate, recipe, None, None, eval_rows, ctx.dir / student.name / "eval_base",
-                                           base, prompt_template=EVAL_TEMPLATE)
+            record["eval_base"] = run_once(held_out, recipe, eval_rows, model_path=base,
+                                           out_dir=ctx.dir / student.name / "eval_base", template=EVAL_TEMPLATE)
             record["eval_base_samples"] = f"{student.name}/eval_base/samples.jsonl"
             m.save()
         sft_cfg = budget_sft(cfg, len(rows))
         sft = run_sft(ctx, sft_cfg, rows=rows, model_ref=base, name=f"{student.name}/sft")
         if "eval" not in record:
-            record["eval"] = run_once(evaluate, recipe, None, None, eval_rows, ctx.dir / student.name / "eval", str(sft),
-                                      prompt_template=EVAL_TEMPLATE)
+            record["eval"] = run_once(held_out, recipe, eval_rows, model_path=str(sft),
+                                      out_dir=ctx.dir / student.name / "eval", template=EVAL_TEMPLATE)
             record["eval_samples"] = f"{student.name}/eval/samples.jsonl"
             m.save()
         if "budget" not in record:

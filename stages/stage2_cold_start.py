@@ -37,7 +37,8 @@ from eval.rejection import rejection_sample
 from eval.runner import prompt_builder
 from stages.pipeline.common import load_sampler, release, run_once
 from stages.pipeline.runner import base_of, model_ref
-from stages.training.grpo import CANDIDATES_NAME, evaluate
+from stages.training.evaluation import held_out
+from stages.training.grpo import CANDIDATES_NAME
 from stages.training.sft import run_sft
 
 log = logging.getLogger("r1")
@@ -77,8 +78,8 @@ def run(ctx) -> Path:
     final = run_sft(ctx, cfg.sft, rows=rows, model_ref=base)
     if "eval_after" not in m.data["metrics"]:
         eval_rows, _, _ = load_rows(recipe.data.test, recipe)
-        summary = run_once(evaluate, recipe, None, None, eval_rows, ctx.dir / "eval_after", str(final),
-                           prompt_template="chat")
+        summary = run_once(held_out, recipe, eval_rows, model_path=str(final), out_dir=ctx.dir / "eval_after",
+                           template="chat")
         m.update_metrics(eval_after=summary)
         log.info("stage2 after SFT: pass@1 %.3f, readable %.2f, language mix %s", summary["pass@1"],
                  summary["readable_rate"], summary["language_mix_rate"])

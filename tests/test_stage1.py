@@ -219,18 +219,18 @@ def test_crash_after_training_resumes_without_retraining(base_run, tmp_path, mon
     root = with_base(base_run, tmp_path, "late")
     r = recipe(root, "late", ["stage1.steps=2"])
     d = r.stage_dir("stage1")
-    real = stages.training.grpo.evaluate
+    real = stages.training.grpo.held_out
 
-    def dies_after(recipe_, model, tokenizer, rows, out_dir, *args):
-        if Path(out_dir).name == "eval_after":
+    def dies_after(recipe_, rows, **kw):
+        if kw.get("out_dir") is not None and Path(kw["out_dir"]).name == "eval_after":
             raise Crash("killed during the final evaluation")
-        return real(recipe_, model, tokenizer, rows, out_dir, *args)
+        return real(recipe_, rows, **kw)
 
-    monkeypatch.setattr(stages.training.grpo, "evaluate", dies_after)
+    monkeypatch.setattr(stages.training.grpo, "held_out", dies_after)
     with pytest.raises(Crash):
         run_stage(r, "stage1", stages.stage1_zero.run)
     trained = tensors(d / "checkpoint")
-    monkeypatch.setattr(stages.training.grpo, "evaluate", real)
+    monkeypatch.setattr(stages.training.grpo, "held_out", real)
     m = run_stage(r, "stage1", stages.stage1_zero.run)
     assert m.status == "complete" and m.data["resumes"][-1]["from_step"] == 2
     assert [row["step"] for row in read_jsonl_tolerant(d / "metrics.jsonl")] == [1, 2]

@@ -52,8 +52,8 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-from data.faults import fault_point, trainer_faults
-from data.jsonl import append_jsonl, atomic_write_json, read_jsonl_tolerant
+from data.faults import fault_point
+from data.jsonl import append_jsonl, read_jsonl_tolerant
 from data.templates import assistant_prefill, is_readable_response, is_well_formed, think_text, with_prefill
 from eval.decode import fast_generate, supports
 from eval.language import is_mixed
@@ -62,33 +62,23 @@ from stages.pipeline.common import (
     barrier,
     is_main,
     load_model_and_tokenizer,
-    load_sampler,
     processes_summary,
     rank,
-    release,
     run_once,
     set_seed,
     world_size,
 )
 from stages.pipeline.plan import rl_micro_batch
 from stages.training import rewards as R
+from stages.training.evaluation import DuringTraining, held_out, pass_at_1_monitor
 from stages.training.skeleton import (
-    ProgressEvaluation,
-    TrackedRun,
-    begin,
-    device_and_precision,
-    fit,
-    jsonable,
+    TrainingJob,
     lora_config,
-    progress_evaluator,
-    rng_untouched,
-    save_final,
     seed_of,
     set_attention,
-    tracking,
+    train_section,
     trl_args,
     truncate_jsonl,
-    whole_model,
 )
 
 log = logging.getLogger("r1")
@@ -238,31 +228,6 @@ class RolloutRecorder:
 
 def eval_step_dir(out: Path, step: int) -> Path:
     return Path(out) / f"{EVAL_STEP_PREFIX}{step:05d}"
-
-
-class StepEvaluation(TrainerCallback):
-    """Evaluates the model as it is after each optimizer step of ``steps`` (``evaluate_now(model,
-    step)``), on the main process, on the model ``stages.training.skeleton.whole_model`` gives it (under ZeRO-3 or
-    FSDP every process takes part in gathering it; the others then train on). Sampling runs under
-    ``stages.training.skeleton.rng_untouched``: training draws the same random numbers as it would without these
-    evaluations. :meth:`install` gives it the trainer."""
-
-    def __init__(self, steps: Sequence[int], evaluate_now: Callable):
-        self.steps = set(steps)
-        self.evaluate_now = evaluate_now
-        self.trainer = None
-
-    def install(self, trainer) -> None:
-        trainer.add_callback(self)
-        self.trainer = trainer
-
-    def on_step_end(self, args, state, control, model=None, **kwargs):
-        if state.global_step not in self.steps or model is None:
-            return
-        whole = whole_model(self.trainer, model)
-        if state.is_world_process_zero:
-            with rng_untouched():
-                self.evaluate_now(whole, state.global_step)
 
 
 def held_out_by_step(stage_dir: Path, steps: int | None) -> dict[int, list[dict]]:
@@ -617,28 +582,6 @@ def _concat_groups(pieces: list[tuple[dict, list[int]]], group: int, pad_id: int
 # ---------------------------------------------------------------------------------------------
 
 
-def evaluate(recipe, model, tokenizer, rows: list[dict], out_dir: Path, model_path: str | None = None,
-             prompt_template: str | None = None) -> dict:
-    """The evaluation runner's protocol (recipe.eval) on ``rows``; results in ``out_dir``.
-    ``model=None`` loads ``model_path``; ``prompt_template`` overrides ``recipe.eval.prompt_template``
-    (stage 1 speaks the R1-Zero template, later stages the chat template)."""
-    import dataclasses
-
-    from eval.generate import make_sampler
-    from eval.runner import evaluate_rows
-
-    cfg = recipe.eval if prompt_template is None else dataclasses.replace(recipe.eval, prompt_template=prompt_template)
-    if model is None or (cfg.backend == "vllm" and model_path):  # (a model mid-training has no path: transformers)
-        sampler, tokenizer = load_sampler(recipe, model_path, backend=cfg.backend, batch_size=cfg.batch_size)
-    else:
-        sampler = make_sampler("transformers", model=model, tokenizer=tokenizer, batch_size=cfg.batch_size)
-    summary = evaluate_rows(sampler, tokenizer, rows, cfg=cfg, seed=recipe.seed, out_dir=out_dir,
-                            name="task_test", progress=False)
-    release(sampler)
-    atomic_write_json(Path(out_dir) / "results.json", summary)
-    return summary
-
-
 def filter_by_pass_rate(recipe, cfg, model, tokenizer, rows: list[dict], out_dir: Path, prompt_template: str,
                         seed: int) -> tuple[list[dict], dict]:
     """The training rows ``cfg.pass_rate_filter`` keeps, and a summary for the manifest.
@@ -651,10 +594,6 @@ def filter_by_pass_rate(recipe, cfg, model, tokenizer, rows: list[dict], out_dir
     unscored. The samples go to ``out_dir/samples.jsonl`` chunk by chunk, so a resumed run scores no
     prompt twice and keeps the same rows.
     """
-    import dataclasses
-
-    from eval.generate import make_sampler
-    from eval.runner import evaluate_rows
     from eval.stats import per_problem
 
     f = cfg.pass_rate_filter
@@ -664,13 +603,10 @@ def filter_by_pass_rate(recipe, cfg, model, tokenizer, rows: list[dict], out_dir
 
     gradable = [r for r in rows if is_gradable(r)]
     pool = gradable[: f.pool] if f.pool is not None else gradable
-    protocol = dataclasses.replace(recipe.eval, prompt_template=prompt_template, k=f.samples,
-                                   top_p=cfg.setting("top_p"), max_new_tokens=cfg.max_completion_length)
     t0 = time.time()
-    sampler = make_sampler("transformers", model=model, tokenizer=tokenizer, batch_size=recipe.eval.batch_size)
-    summary = evaluate_rows(sampler, tokenizer, pool, cfg=protocol, seed=seed, out_dir=out_dir, name="pool",
-                            progress=True, temperature=cfg.setting("temperature"))
-    release(sampler)
+    summary = held_out(recipe, pool, model=model, tokenizer=tokenizer, out_dir=out_dir, template=prompt_template,
+                       name="pool", progress=True, temperature=cfg.setting("temperature"), seed=seed, k=f.samples,
+                       top_p=cfg.setting("top_p"), max_new_tokens=cfg.max_completion_length, backend="transformers")
     by_id = per_problem(read_jsonl_tolerant(Path(out_dir) / "samples.jsonl"))  # id → pass rate
     rate = [by_id[str(r["id"])] for r in pool]
     kept_ids = {r["id"] for r, x in zip(pool, rate, strict=True) if f.min_pass_rate <= x <= f.max_pass_rate}
@@ -695,6 +631,175 @@ def _describe(summary: dict) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+class GRPOJob(TrainingJob):
+    """GRPO under an RLConfig section (:func:`run_rl`): the rewards and their recorder, the held-out
+    evaluations around and during training, the pass-rate filter, and TRL's trainer (extended where the
+    section asks: :func:`grpo_trainer_class`)."""
+
+    key, part = "train", "grpo"
+
+    def __init__(self, ctx, cfg, *, train_rows, eval_rows, build_prompt, model_ref, data_name, data_source,
+                 eval_template, callbacks, rewards, held_out):
+        out = self.out = Path(ctx.dir)
+        self.ctx, self.cfg, self.recipe, self.m = ctx, cfg, ctx.recipe, ctx.manifest
+        self.train_rows, self.eval_rows, self.build_prompt, self.model_ref = train_rows, eval_rows, build_prompt, model_ref
+        self.data_name, self.data_source, self.template, self.extra = data_name, data_source, eval_template, callbacks
+        self.measure = held_out  # evaluate before and after (False: training only, distill_rl's side work)
+        self.what, self.seed = ctx.stage, seed_of(ctx.recipe, cfg)
+        self.names, self.funcs, self.weights = rewards or reward_functions(cfg)
+        self.trainer_dir, self.metrics_path, self.final = out / "trainer", out / METRICS_NAME, out / "checkpoint"
+        self.logs = [self.metrics_path]
+        self.stale = [out / "eval_before", out / "eval_after", out / "samples", out / POOL_DIR,
+                      *out.glob(f"{EVAL_STEP_PREFIX}*"), *out.glob(CANDIDATES_NAME.replace(".jsonl", "*.jsonl"))]
+        self.recorder = RolloutRecorder(out, self.names, sample_every=cfg.sample_every,
+                                        samples_per_step=cfg.samples_per_step, language_target=cfg.language_target)
+        self.steps = cfg.steps
+
+    # -- before training: where it starts, the model and data, the "before" evaluation -----------
+    def check(self, precision) -> None:
+        self.device = precision.device
+        self.precision = precision
+        check_vllm(self.cfg, precision.device)
+
+    def forget_after(self, step: int) -> None:
+        self.recorder.truncate(step)
+        drop_step_evaluations(self.out, self.m.data["metrics"], step)
+        self.m.save()
+
+    def started(self, start) -> None:
+        self.start = start
+        if self.ctx.resumed and self.m.data.get("resumes"):
+            self.m.data["resumes"][-1]["from_step"] = self.cfg.steps if start.done else start.from_step
+            self.m.save()
+
+    def load(self, precision):
+        return load_model_and_tokenizer(self.model_ref, device=precision.device, dtype=precision.dtype,
+                                        trust_remote_code=self.recipe.trust_remote_code)
+
+    def when_done(self) -> Path:
+        """Trained in an earlier run (or adopted from side work): the evaluations that are missing."""
+        if self.measure and "eval_before" not in self.m.data["metrics"]:
+            set_seed(self.seed)
+            model, tokenizer = self.load(self.precision)
+            set_attention(model, self.cfg)
+            self.inputs(model, tokenizer)
+        log.info("training already finished (%s); evaluating it", self.final)
+        model, tokenizer = load_model_and_tokenizer(str(self.final), device=self.device, dtype=self.precision.dtype,
+                                                    trust_remote_code=self.recipe.trust_remote_code)
+        self.after(model, tokenizer)
+        return self.final
+
+    def inputs(self, model, tokenizer) -> None:
+        """The prompts that fit the context (recorded as the stage's input data), and the held-out
+        evaluation of the starting model (or the same measurement another run made: ``ctx.reuse``)."""
+        cfg, m, out = self.cfg, self.m, self.out
+        if self.train_rows and not isinstance(self.build_prompt(self.train_rows[0]), str):  # chat prompts
+            self.recorder.prefill = assistant_prefill(tokenizer)
+        if m.data["inputs"]["model"] is None:
+            m.set_input_model(self.model_ref)
+        context = getattr(model.config, "max_position_embeddings", None)
+        skipped = {}
+        if context:
+            self.train_rows, too_long = fit_prompts(self.train_rows, self.build_prompt, tokenizer,
+                                                    context - cfg.max_completion_length, self.data_source)
+            if too_long:
+                skipped["prompt longer than the context"] = too_long
+                log.warning("%d prompts of %s do not fit the context with room for the completion: skipped",
+                            too_long, self.data_source)
+        m.add_input_data(self.data_name, self.data_source, rows_used=len(self.train_rows), skipped=skipped)
+        reused = self.ctx.reuse.get("eval_before")  # the same model, rows and protocol, measured by another run
+        if self.measure and "eval_before" not in m.data["metrics"] and is_main():
+            if reused is not None and (Path(reused) / "results.json").is_file():
+                shutil.copytree(reused, out / "eval_before", dirs_exist_ok=True)
+                summary = json.loads((out / "eval_before" / "results.json").read_text(encoding="utf-8"))
+                m.update_metrics(eval_before=summary, eval_before_from=m.record(reused))
+            else:
+                log.info("evaluating %d held-out problems before training", len(self.eval_rows))
+                m.update_metrics(eval_before=held_out(self.recipe, self.eval_rows, model=model, tokenizer=tokenizer,
+                                                      out_dir=out / "eval_before", model_path=self.model_ref,
+                                                      template=self.template))
+            log.info("before: %s", _describe(m.data["metrics"]["eval_before"]))
+        barrier()
+
+    def prepare(self, model, tokenizer) -> None:
+        cfg = self.cfg
+        self.inputs(model, tokenizer)
+        self.tokenizer = tokenizer
+        if cfg.pass_rate_filter is not None:  # the prompts the starting policy solves sometimes, not always
+            self.train_rows, pool = run_once(filter_by_pass_rate, self.recipe, cfg, model, tokenizer, self.train_rows,
+                                             self.out / POOL_DIR, self.template, self.seed)
+            log.info("pass-rate filter: %d of %d prompts kept (%d solved too often, %d too rarely; %.0f s)",
+                     pool["kept"], pool["scored"], pool["too_easy"], pool["too_hard"], pool["seconds"])
+            if is_main():
+                self.m.update_metrics(pool_filter=pool)
+            if len(self.train_rows) < cfg.steps * cfg.prompts_per_step:
+                log.warning("pass-rate filter: %d prompts for %d steps × %d prompts: the trainer goes through "
+                            "them more than once", len(self.train_rows), cfg.steps, cfg.prompts_per_step)
+        if self.device.type == "cpu" and cfg.lora is None and not cfg.setting("use_vllm") and supports(model):
+            # GRPO's rollouts go through model.generate: on the CPU default, the KV-cache loop instead
+            model.generate = fast_generate(model)
+
+    # -- training: TRL's GRPOTrainer ------------------------------------------------------------
+    def config(self, *, tracked, **common):
+        return grpo_config(self.cfg, reward_weights=self.weights, section=self.ctx.stage, tracked=tracked, **common)
+
+    def callbacks(self) -> list:
+        return [MetricsCallback(self.metrics_path, self.names), *(self.extra or [])]
+
+    def evaluate_during(self, model, step: int) -> dict | None:
+        """At ``eval_steps``: the full held-out evaluation (``eval_step_NNNNN/``); every ``eval_every``
+        steps: the pass@1 monitor, logged with the step."""
+        if step in self.step_evaluations:
+            summary = held_out(self.recipe, self.eval_rows, model=model, tokenizer=self.tokenizer,
+                               out_dir=eval_step_dir(self.out, step), template=self.template)
+            self.m.data["metrics"].setdefault("eval_steps", {})[str(step)] = summary
+            self.m.save()
+            log.info("step %d: %s", step, _describe(summary))
+        if self.cfg.eval_every and step % self.cfg.eval_every == 0:
+            return self.monitor(model, step)
+        return None
+
+    def trainer(self, model, tokenizer, args, callbacks):
+        cfg = self.cfg
+        log.info("GRPO: %d steps × %d prompts × %d samples, loss %s, lr %.1e, beta %g, %s, %s", cfg.steps,
+                 cfg.prompts_per_step, cfg.num_generations, args.loss_type, args.learning_rate, args.beta,
+                 self.device.type, self.precision.name)
+        trainer = grpo_trainer_class(cfg.length_buckets, cfg.dynamic_sampling)(
+            model=model, args=args, processing_class=tokenizer, callbacks=callbacks, peft_config=lora_config(cfg.lora),
+            reward_funcs=[self.recorder.wrap(n, f) for n, f in zip(self.names, self.funcs, strict=True)],
+            train_dataset=prompt_dataset(self.train_rows, self.build_prompt))
+        self.step_evaluations = [s for s in cfg.eval_steps if s < cfg.steps]
+        if self.step_evaluations or cfg.eval_every:
+            self.monitor = pass_at_1_monitor(self.recipe, tokenizer, self.eval_rows[: cfg.eval_problems], self.template)
+            DuringTraining(self.evaluate_during, steps=self.step_evaluations, every=cfg.eval_every).install(trainer)
+        if self.device.type == "cpu" and getattr(getattr(trainer, "vllm_generation", None), "mode", None) == "colocate":
+            sync_through_reload(trainer.vllm_generation)  # vLLM's CPU build (check_vllm)
+        return trainer
+
+    def trained(self, model, tokenizer, trainer) -> None:
+        close_colocated_engine(trainer)
+        self.processes = processes_summary(model, self.recorder.prompts_seen, "prompts_scored")
+
+    def metrics(self, model, tokenizer, global_step, start, seconds) -> dict:
+        rows = read_jsonl_tolerant(self.metrics_path)
+        return {**_train_summary(rows, global_step, start.from_step, seconds, self.recorder.candidates_written),
+                "processes": self.processes}
+
+    # -- after training: the "after" evaluation and the curves ----------------------------------
+    def after(self, model, tokenizer) -> None:
+        if is_main() and self.measure:
+            log.info("evaluating %d held-out problems after training", len(self.eval_rows))
+            after = held_out(self.recipe, self.eval_rows, model=model, tokenizer=tokenizer, out_dir=self.out / "eval_after",
+                             model_path=str(self.final), template=self.template)
+            self.m.update_metrics(eval_after=after)
+            log.info("after:  %s", _describe(after))
+            curve = {0: self.m.data["metrics"]["eval_before"].get("pass@1"), self.cfg.steps: after.get("pass@1")}
+            curve.update({int(s): e.get("pass@1") for s, e in self.m.data["metrics"].get("eval_steps", {}).items()})
+            _plot(self.metrics_path, self.out / PLOT_NAME, curve,
+                  "format_rate" if self.template == "r1_zero" else "readable_rate")
+        barrier()
+
+
 def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_prompt: Callable[[dict], str | list],
            model_ref: str, data_name: str = "task_world_train", data_source: str = "data/taskworld.py",
            eval_template: str = "r1_zero", callbacks: Sequence | None = None,
@@ -708,143 +813,10 @@ def run_rl(ctx, cfg, *, train_rows: list[dict], eval_rows: list[dict], build_pro
     ``held_out=False``: training only, no evaluation before or after (distill_rl's training done as side
     work: the stage that adopts it evaluates).
     """
-    recipe, m, out = ctx.recipe, ctx.manifest, Path(ctx.dir)
-    seed = seed_of(recipe, cfg)
-    precision = device_and_precision(recipe, cfg, ctx.stage)
-    device = precision.device
-    check_vllm(cfg, device)
-    names, funcs, weights = rewards or reward_functions(cfg)
-    tracked = tracking(ctx, "grpo", seed)  # (an integration that is not installed is refused here, before any work)
-    trainer_dir, metrics_path, final = out / "trainer", out / METRICS_NAME, out / "checkpoint"
-    recorder = RolloutRecorder(out, names, sample_every=cfg.sample_every, samples_per_step=cfg.samples_per_step,
-                               language_target=cfg.language_target)
-
-    # -- where to start: fresh, resumed from checkpoint-N, or training already done ------------
-    def forget_after(step: int) -> None:  # what the steps after ``step`` recorded: they run again
-        recorder.truncate(step)
-        drop_step_evaluations(out, m.data["metrics"], step)
-        m.save()
-
-    stale = [out / "eval_before", out / "eval_after", out / "samples", out / POOL_DIR, *out.glob(f"{EVAL_STEP_PREFIX}*"),
-             *out.glob(CANDIDATES_NAME.replace(".jsonl", "*.jsonl"))]
-    start = begin(ctx, key="train", final=final, trainer_dir=trainer_dir, logs=[metrics_path], stale=stale,
-                  forget_after=forget_after)
-    if ctx.resumed and m.data.get("resumes"):
-        m.data["resumes"][-1]["from_step"] = cfg.steps if start.done else start.from_step
-        m.save()
-
-    # -- model, data, and the "before" evaluation --------------------------------------------
-    # a resumed (or adopted) run with nothing left but "after"
-    finished = start.done and ("eval_before" in m.data["metrics"] or not held_out)
-    if not finished:
-        set_seed(seed)
-        model, tokenizer = load_model_and_tokenizer(model_ref, device=device, trust_remote_code=recipe.trust_remote_code,
-                                                    dtype=precision.dtype)
-        set_attention(model, cfg)
-        if train_rows and not isinstance(build_prompt(train_rows[0]), str):  # chat prompts
-            recorder.prefill = assistant_prefill(tokenizer)
-        if m.data["inputs"]["model"] is None:
-            m.set_input_model(model_ref)
-        context = getattr(model.config, "max_position_embeddings", None)
-        skipped = {}
-        if context:
-            train_rows, too_long = fit_prompts(train_rows, build_prompt, tokenizer, context - cfg.max_completion_length,
-                                               data_source)
-            if too_long:
-                skipped["prompt longer than the context"] = too_long
-                log.warning("%d prompts of %s do not fit the context with room for the completion: skipped",
-                            too_long, data_source)
-        m.add_input_data(data_name, data_source, rows_used=len(train_rows), skipped=skipped)
-        reused = ctx.reuse.get("eval_before")  # the same model, rows and protocol, measured by another run
-        if held_out and "eval_before" not in m.data["metrics"] and is_main():
-            if reused is not None and (Path(reused) / "results.json").is_file():
-                shutil.copytree(reused, out / "eval_before", dirs_exist_ok=True)
-                summary = json.loads((out / "eval_before" / "results.json").read_text(encoding="utf-8"))
-                m.update_metrics(eval_before=summary, eval_before_from=m.record(reused))
-            else:
-                log.info("evaluating %d held-out problems before training", len(eval_rows))
-                m.update_metrics(eval_before=evaluate(recipe, model, tokenizer, eval_rows, out / "eval_before",
-                                                         model_ref, eval_template))
-            log.info("before: %s", _describe(m.data["metrics"]["eval_before"]))
-        barrier()
-
-    # -- training ------------------------------------------------------------------------------
-    if start.done:
-        log.info("training already finished (%s); evaluating it", final)
-        model, tokenizer = load_model_and_tokenizer(str(final), device=device,
-                                                    trust_remote_code=recipe.trust_remote_code, dtype=precision.dtype)
-    else:
-        t0 = time.time()
-        args, settings = grpo_config(cfg, output_dir=trainer_dir, seed=seed, device=device, bf16=precision.bf16,
-                                     reward_weights=weights, section=ctx.stage, tracked=tracked)
-        progress = ProgressEvaluation(cfg.eval_every, progress_evaluator(
-            recipe, tokenizer, eval_rows[: cfg.eval_problems], eval_template)) if cfg.eval_every else None
-
-        def evaluate_now(live_model, step: int) -> None:
-            summary = evaluate(recipe, live_model, tokenizer, eval_rows, eval_step_dir(out, step), None, eval_template)
-            m.data["metrics"].setdefault("eval_steps", {})[str(step)] = summary
-            m.save()
-            log.info("step %d: %s", step, _describe(summary))
-
-        if cfg.pass_rate_filter is not None:  # the prompts the starting policy solves sometimes, not always
-            train_rows, pool = run_once(filter_by_pass_rate, recipe, cfg, model, tokenizer, train_rows,
-                                        out / POOL_DIR, eval_template, seed)
-            log.info("pass-rate filter: %d of %d prompts kept (%d solved too often, %d too rarely; %.0f s)",
-                     pool["kept"], pool["scored"], pool["too_easy"], pool["too_hard"], pool["seconds"])
-            if is_main():
-                m.update_metrics(pool_filter=pool)
-            if len(train_rows) < cfg.steps * cfg.prompts_per_step:
-                log.warning("pass-rate filter: %d prompts for %d steps × %d prompts: the trainer goes through "
-                            "them more than once", len(train_rows), cfg.steps, cfg.prompts_per_step)
-
-        if device.type == "cpu" and cfg.lora is None and not cfg.setting("use_vllm") and supports(model):
-            # GRPO's rollouts go through model.generate: on the CPU default, the KV-cache loop instead
-            model.generate = fast_generate(model)
-
-        def make_trainer():
-            log.info("GRPO: %d steps × %d prompts × %d samples, loss %s, lr %.1e, beta %g, %s, %s", cfg.steps,
-                     cfg.prompts_per_step, cfg.num_generations, args.loss_type, args.learning_rate, args.beta,
-                     device.type, precision.name)
-            trainer = grpo_trainer_class(cfg.length_buckets, cfg.dynamic_sampling)(
-                model=model,
-                reward_funcs=[recorder.wrap(n, f) for n, f in zip(names, funcs, strict=True)],
-                args=args,
-                train_dataset=prompt_dataset(train_rows, build_prompt),
-                processing_class=tokenizer,
-                callbacks=[TrackedRun(ctx), MetricsCallback(metrics_path, names), *(callbacks or []),
-                           *trainer_faults()],
-                peft_config=lora_config(cfg.lora),
-            )
-            StepEvaluation([s for s in cfg.eval_steps if s < cfg.steps], evaluate_now).install(trainer)
-            if progress is not None:
-                progress.install(trainer)
-            if device.type == "cpu" and getattr(getattr(trainer, "vllm_generation", None), "mode", None) == "colocate":
-                sync_through_reload(trainer.vllm_generation)  # vLLM's CPU build (check_vllm)
-            return trainer
-
-        model, global_step, trainer = fit(make_trainer, start, cfg.steps, model)
-        close_colocated_engine(trainer)
-        del trainer
-        train_seconds = time.time() - t0
-        processes = processes_summary(model, recorder.prompts_seen, "prompts_scored")
-        save_final(model, tokenizer, final)
-        if is_main():
-            rows = read_jsonl_tolerant(metrics_path)
-            m.update_metrics(train={**_train_summary(rows, global_step, start.from_step, train_seconds,
-                                                     recorder.candidates_written), "processes": processes,
-                                    "precision": precision.name, "trl": jsonable(settings)})
-
-    # -- the "after" evaluation ----------------------------------------------------------------
-    if is_main() and held_out:
-        log.info("evaluating %d held-out problems after training", len(eval_rows))
-        after = evaluate(recipe, model, tokenizer, eval_rows, out / "eval_after", str(final), eval_template)
-        m.update_metrics(eval_after=after)
-        log.info("after:  %s", _describe(after))
-        held_out = {0: m.data["metrics"]["eval_before"].get("pass@1"), cfg.steps: after.get("pass@1")}
-        held_out.update({int(s): e.get("pass@1") for s, e in m.data["metrics"].get("eval_steps", {}).items()})
-        _plot(metrics_path, out / PLOT_NAME, held_out, "format_rate" if eval_template == "r1_zero" else "readable_rate")
-    barrier()
-    return final
+    return train_section(ctx, cfg, GRPOJob(
+        ctx, cfg, train_rows=train_rows, eval_rows=eval_rows, build_prompt=build_prompt, model_ref=model_ref,
+        data_name=data_name, data_source=data_source, eval_template=eval_template, callbacks=callbacks,
+        rewards=rewards, held_out=held_out))
 
 
 def _train_summary(rows: list[dict], global_step: int, from_step: int, train_seconds: float,

@@ -26,30 +26,21 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from data.faults import trainer_faults
 from data.jsonl import write_jsonl_atomic
 from data.templates import training_chat_template
-from stages.pipeline.common import is_main, load_tokenizer, set_seed
+from stages.pipeline.common import is_main, load_tokenizer
 from stages.training.skeleton import (
     LossLog,
-    TrackedRun,
-    begin,
-    device_and_precision,
-    fit,
-    jsonable,
+    TrainingJob,
     lora_config,
     losses,
-    save_final,
-    seed_of,
-    set_attention,
     steps_for_epochs,
-    tracking,
+    train_section,
     trl_args,
 )
 
@@ -105,70 +96,85 @@ def reward_config(spec, *, output_dir: Path, seed: int, device: torch.device, bf
                     save_strategy="no", **(tracked or {}))
 
 
+class RewardModelJob(TrainingJob):
+    """A reward model trained from ``init_ref`` on preference pairs: :func:`train_reward_model`."""
+
+    resumable = False  # no checkpoints (save_strategy "no"): an interrupted run starts over
+
+    def __init__(self, ctx, spec, *, pairs: Callable[[], list[dict]], init_ref: str, name: str, held_out: float):
+        out = Path(ctx.dir)
+        self.ctx, self.spec, self.make_pairs, self.init_ref, self.held_out = ctx, spec, pairs, init_ref, held_out
+        self.key, self.part, self.what = name, f"reward_model_{name}", f"{ctx.stage} reward model {name}"
+        self.final, self.trainer_dir, self.metrics_path = out / name, out / f"{name}_trainer", out / f"{name}_metrics.jsonl"
+        self.logs = [self.metrics_path]
+
+    def started(self, start) -> None:
+        """The pairs, built only now (a finished model is not redone) and before the seed, then split."""
+        if start.done:
+            return
+        recipe, name, out = self.ctx.recipe, self.key, Path(self.ctx.dir)
+        pairs = self.make_pairs()
+        if len(pairs) < 10:
+            raise ValueError(f"reward model {name}: {len(pairs)} preference pairs; need at least 10")
+        order = list(pairs)
+        random.Random(recipe.seed).shuffle(order)
+        n_eval = max(1, int(len(order) * self.held_out))
+        self.eval_pairs, self.train_pairs = order[:n_eval], order[n_eval:]
+        if is_main():  # the curated set, published with the stage (stages/pipeline/cards.py)
+            write_jsonl_atomic(out / f"{name}_pairs.jsonl", [{**p, "split": "held_out"} for p in self.eval_pairs]
+                               + [{**p, "split": "train"} for p in self.train_pairs])
+
+    def load(self, precision):
+        """The tokenizer and the model (its scalar head initialised at random, after the seed)."""
+        from transformers import AutoModelForSequenceClassification
+
+        recipe = self.ctx.recipe
+        self.precision = precision
+        tokenizer = load_tokenizer(self.init_ref, trust_remote_code=recipe.trust_remote_code)
+        # the template that renders the whole response: DeepSeek-R1-Distill's own drops everything before
+        # </think>, so a harmlessness model would never see the reasoning (saved with the reward model, the
+        # scorer renders the same way)
+        tokenizer.chat_template = training_chat_template(tokenizer).template
+        model = AutoModelForSequenceClassification.from_pretrained(self.init_ref, num_labels=1, dtype=precision.dtype,
+                                                                   trust_remote_code=recipe.trust_remote_code)
+        return model, tokenizer
+
+    def prepare(self, model, tokenizer) -> None:
+        if model.config.pad_token_id is None:
+            model.config.pad_token_id = tokenizer.pad_token_id
+        self.steps = steps_for_epochs(self.spec.epochs, len(self.train_pairs), self.spec)
+
+    def config(self, *, tracked, **common):
+        return reward_config(self.spec, steps=self.steps, tracked=tracked, **common)
+
+    def callbacks(self) -> list:
+        return [LossLog(self.metrics_path)]
+
+    def trainer(self, model, tokenizer, args, callbacks):
+        from datasets import Dataset
+        from trl import RewardTrainer
+
+        log.info("reward model %s: %d pairs (%d held out), %d steps from %s", self.key, len(self.train_pairs),
+                 len(self.eval_pairs), self.steps, self.init_ref)
+        return RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(self.train_pairs),
+                             processing_class=tokenizer, callbacks=callbacks,
+                             peft_config=lora_config(self.spec.lora, task_type="SEQ_CLS", modules_to_save=["score"]))
+
+    def metrics(self, model, tokenizer, global_step, start, seconds) -> dict:
+        scorer = RewardScorer(str(self.final), device=self.precision.device, max_length=self.spec.max_length,
+                              trust_remote_code=self.ctx.recipe.trust_remote_code)
+        accuracy = pairwise_accuracy(scorer, self.eval_pairs)
+        log.info("reward model %s: held-out pair accuracy %.3f (%.0fs)", self.key, accuracy or 0.0, seconds)
+        return {"pairs_train": len(self.train_pairs), "pairs_held_out": len(self.eval_pairs), "steps": self.steps,
+                **losses(self.metrics_path), "held_out_pair_accuracy": accuracy, "train_seconds": round(seconds, 1)}
+
+
 def train_reward_model(ctx, spec, *, pairs: Callable[[], list[dict]], init_ref: str, name: str,
                        held_out: float = 0.1) -> Path:
     """Train a reward model from ``init_ref`` on the preference pairs ``pairs()`` builds (called only when
     there is a model to train: a finished one is not redone) inside a stage; returns ``<stage dir>/<name>``.
 
     ``held_out`` of the pairs (shuffled under the recipe's seed) are kept out of training and measure
-    the pairwise accuracy before and after."""
-    from datasets import Dataset
-    from transformers import AutoModelForSequenceClassification
-    from trl import RewardTrainer
-
-    recipe, m, out = ctx.recipe, ctx.manifest, Path(ctx.dir)
-    final, trainer_dir, metrics_path = out / name, out / f"{name}_trainer", out / f"{name}_metrics.jsonl"
-    start = begin(ctx, key=name, final=final, trainer_dir=trainer_dir, logs=[metrics_path], resumable=False)
-    if start.done:
-        log.info("reward model %s already trained: %s", name, final)
-        return final
-    pairs = pairs()
-    if len(pairs) < 10:
-        raise ValueError(f"reward model {name}: {len(pairs)} preference pairs; need at least 10")
-
-    order = list(pairs)
-    random.Random(recipe.seed).shuffle(order)
-    n_eval = max(1, int(len(order) * held_out))
-    eval_pairs, train_pairs = order[:n_eval], order[n_eval:]
-    if is_main():  # the curated set, published with the stage (stages/pipeline/cards.py)
-        write_jsonl_atomic(out / f"{name}_pairs.jsonl", [{**p, "split": "held_out"} for p in eval_pairs]
-                           + [{**p, "split": "train"} for p in train_pairs])
-    seed = seed_of(recipe, spec)
-    tracked = tracking(ctx, f"reward_model_{name}", seed)
-    precision = device_and_precision(recipe, spec, f"{ctx.stage} reward model {name}")
-    set_seed(seed)  # the scalar head is initialised at random
-    tokenizer = load_tokenizer(init_ref, trust_remote_code=recipe.trust_remote_code)
-    # the template that renders the whole response: DeepSeek-R1-Distill's own drops everything before
-    # </think>, so a harmlessness model would never see the reasoning (saved with the reward model, the
-    # scorer renders the same way)
-    tokenizer.chat_template = training_chat_template(tokenizer).template
-    model = AutoModelForSequenceClassification.from_pretrained(init_ref, num_labels=1, dtype=precision.dtype,
-                                                               trust_remote_code=recipe.trust_remote_code)
-    set_attention(model, spec)
-    if model.config.pad_token_id is None:
-        model.config.pad_token_id = tokenizer.pad_token_id
-    steps = steps_for_epochs(spec.epochs, len(train_pairs), spec)
-    args, settings = reward_config(spec, output_dir=trainer_dir, seed=seed, device=precision.device,
-                                   bf16=precision.bf16, steps=steps, tracked=tracked)
-
-    def make_trainer():
-        log.info("reward model %s: %d pairs (%d held out), %d steps from %s", name, len(train_pairs), n_eval, steps,
-                 init_ref)
-        return RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(train_pairs),
-                             processing_class=tokenizer, callbacks=[TrackedRun(ctx), LossLog(metrics_path), *trainer_faults()],
-                             peft_config=lora_config(spec.lora, task_type="SEQ_CLS", modules_to_save=["score"]))
-
-    t0 = time.time()
-    trained, _, trainer = fit(make_trainer, start, steps, model)
-    seconds = time.time() - t0
-    save_final(trained, tokenizer, final)
-    del trainer, trained
-    scorer = RewardScorer(str(final), device=precision.device, max_length=spec.max_length,
-                          trust_remote_code=recipe.trust_remote_code)
-    accuracy = pairwise_accuracy(scorer, eval_pairs)
-    m.update_metrics(**{name: {"pairs_train": len(train_pairs), "pairs_held_out": n_eval, "steps": steps,
-                               **losses(metrics_path), "held_out_pair_accuracy": accuracy,
-                               "train_seconds": round(seconds, 1), "precision": precision.name,
-                               "trl": jsonable(settings)}})
-    log.info("reward model %s: held-out pair accuracy %.3f (%.0fs)", name, accuracy or 0.0, seconds)
-    return final
+    the pairwise accuracy after it."""
+    return train_section(ctx, spec, RewardModelJob(ctx, spec, pairs=pairs, init_ref=init_ref, name=name,
+                                                   held_out=held_out))

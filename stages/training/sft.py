@@ -24,13 +24,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
 from pathlib import Path
 
 import torch
 
 from data.datasets import load_rows
-from data.faults import trainer_faults
 from data.packing import PackedCollator
 from data.templates import (
     CHAT_END,
@@ -39,23 +37,15 @@ from data.templates import (
     end_of_turn_token,
     training_chat_template,
 )
-from stages.pipeline.common import is_main, load_model_and_tokenizer, processes_summary, set_seed, world_size
+from stages.pipeline.common import load_model_and_tokenizer, processes_summary, world_size
+from stages.training.evaluation import DuringTraining, pass_at_1_monitor
 from stages.training.skeleton import (
     LossLog,
-    ProgressEvaluation,
-    TrackedRun,
-    begin,
-    device_and_precision,
-    fit,
-    jsonable,
+    TrainingJob,
     lora_config,
     losses,
-    progress_evaluator,
-    save_final,
-    seed_of,
-    set_attention,
     steps_for_epochs,
-    tracking,
+    train_section,
     trl_args,
 )
 
@@ -92,97 +82,101 @@ def fit_rows(rows: list[dict], tokenizer, max_length: int, chat_template: str | 
     return kept, len(rows) - len(kept)
 
 
+class SFTJob(TrainingJob):
+    """SFT of ``model_ref`` on ``rows`` (conversations) under an SFTSpec section: :func:`run_sft`."""
+
+    def __init__(self, ctx, cfg, *, rows: list[dict], model_ref: str, name: str, callbacks):
+        out = Path(ctx.dir)
+        self.ctx, self.cfg, self.rows, self.model_ref, self.name, self.extra = ctx, cfg, rows, model_ref, name, callbacks
+        self.key, self.part, self.what = f"sft_{name}", f"sft_{name}", f"{ctx.stage} SFT {name}"
+        self.final, self.trainer_dir, self.metrics_path = out / name, out / f"{name}_trainer", out / f"{name}_metrics.jsonl"
+        self.logs = [self.metrics_path]
+        self.too_long, self.audit, self.processes = 0, None, None
+
+    def when_done(self) -> Path:
+        log.info("SFT %s already finished: %s", self.name, self.final)
+        return self.final
+
+    def load(self, precision):
+        if not self.rows:
+            raise ValueError(f"SFT {self.name}: no training rows")
+        recipe, m = self.ctx.recipe, self.ctx.manifest
+        if m.data["inputs"]["model"] is None:
+            m.set_input_model(self.model_ref)
+        return load_model_and_tokenizer(self.model_ref, device=precision.device,
+                                        trust_remote_code=recipe.trust_remote_code, dtype=precision.dtype)
+
+    def prepare(self, model, tokenizer) -> None:
+        cfg, name = self.cfg, self.name
+        self.chat = chat = training_chat_template(tokenizer)
+        (log.warning if chat.install else log.info)("SFT %s: chat template: %s", name, chat.source)
+        if chat.install:
+            tokenizer.chat_template = chat.template
+        self.prefill = prefill = assistant_prefill(tokenizer)
+        rows = self.rows
+        if prefill:  # the template opens the think block itself: the targets open it the same way
+            rows = [{**r, "messages": [{**msg, "content": align_to_prefill(msg["content"], prefill)}
+                                       if msg["role"] == "assistant" else msg for msg in r["messages"]]} for r in rows]
+        self.rows, self.too_long = fit_rows(rows, tokenizer, cfg.max_length, chat.template)
+        if self.too_long:
+            log.warning("SFT %s: %d rows longer than max_length %d tokens left out", name, self.too_long, cfg.max_length)
+        if not self.rows:
+            raise ValueError(f"SFT {name}: every row is longer than max_length ({cfg.max_length} tokens): raise it")
+        self.steps = steps_for_epochs(cfg.epochs, len(self.rows), cfg)
+        self.progress = None
+        if cfg.eval_every:  # held-out pass@1 while training (a monitor), in the chat template SFT teaches
+            recipe = self.ctx.recipe
+            eval_rows = load_rows(recipe.data.test, recipe)[0][: cfg.eval_problems]
+            self.progress = DuringTraining(pass_at_1_monitor(recipe, tokenizer, eval_rows, "chat"), every=cfg.eval_every)
+
+    def config(self, *, tracked, **common):
+        return sft_config(self.cfg, steps=self.steps, tracked=tracked, **common)
+
+    def callbacks(self) -> list:
+        return [LossLog(self.metrics_path), *(self.extra or [])]
+
+    def trainer(self, model, tokenizer, args, callbacks):
+        from datasets import Dataset
+        from trl import SFTTrainer
+
+        cfg = self.cfg
+        trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list([{"messages": r["messages"]} for r in self.rows]),
+                             processing_class=tokenizer, peft_config=lora_config(cfg.lora), callbacks=callbacks)
+        if self.progress is not None:
+            self.progress.install(trainer)
+        if cfg.batching == "packed":  # the batch's examples in rows of at most max_length tokens (data/packing.py)
+            trainer.data_collator = PackedCollator(tokenizer.pad_token_id, cfg.max_length)
+        self.audit = trainer.data_collator = RowAudit(trainer.data_collator)  # which rows this process trained on
+        log.info("SFT %s: %d rows, %d steps (%.1f epochs × batch %d, %s), lr %.1e%s", self.name, len(self.rows),
+                 self.steps, cfg.epochs, cfg.batch_size * cfg.gradient_accumulation_steps * world_size(), cfg.batching,
+                 args.learning_rate, f", LoRA r={cfg.lora.r}" if cfg.lora else "")
+        return trainer
+
+    def trained(self, model, tokenizer, trainer) -> None:
+        end_token = end_of_turn_token(tokenizer) or (CHAT_END if self.chat.install else None)
+        end_of_turn = tokenizer.convert_tokens_to_ids(end_token) if end_token else None
+        if model is not None and end_of_turn is not None and end_of_turn != tokenizer.unk_token_id:
+            # the model now ends its turn with the template's end-of-turn token (<|im_end|> for ChatML):
+            # generation (ours, TRL's, vLLM's) must stop there
+            model.generation_config.eos_token_id = list(dict.fromkeys([tokenizer.eos_token_id, end_of_turn]))
+        self.processes = processes_summary(model, self.audit.seen if self.audit else set(), "rows_seen")
+
+    def metrics(self, model, tokenizer, global_step, start, seconds) -> dict:
+        cfg, chat = self.cfg, self.chat
+        return {"rows": len(self.rows), "rows_over_max_length": self.too_long, "steps": global_step,
+                "epochs": cfg.epochs, "batching": cfg.batching, **losses(self.metrics_path),
+                "train_seconds_this_run": round(seconds, 1), "resumed_from_step": start.from_step,
+                "lora": cfg.lora is not None, "processes": self.processes,
+                "chat_template": {"source": chat.source, "installed": chat.install,
+                                  "sha256": hashlib.sha256(chat.template.encode()).hexdigest()[:16],
+                                  "think_prefill": self.prefill or None}}
+
+
 def run_sft(ctx, cfg, *, rows: list[dict], model_ref: str, name: str = "checkpoint", callbacks=None) -> Path:
     """Fine-tune ``model_ref`` on ``rows`` (each with ``messages``) inside a stage; returns the saved
     model's folder ``<stage dir>/<name>``. Resumes from ``<name>_trainer/checkpoint-N`` when the
     stage resumes; a finished run (the folder exists and the manifest has its metrics) is not redone."""
-    from datasets import Dataset
-    from trl import SFTTrainer
-
-    recipe, m, out = ctx.recipe, ctx.manifest, Path(ctx.dir)
-    final, trainer_dir, metrics_path = out / name, out / f"{name}_trainer", out / f"{name}_metrics.jsonl"
-    key = f"sft_{name}"
-    start = begin(ctx, key=key, final=final, trainer_dir=trainer_dir, logs=[metrics_path])
-    if start.done:
-        log.info("SFT %s already finished: %s", name, final)
-        return final
-    if not rows:
-        raise ValueError(f"SFT {name}: no training rows")
-
-    seed = seed_of(recipe, cfg)
-    tracked = tracking(ctx, f"sft_{name}", seed)  # (refuses an integration that is not installed, before any work)
-    precision = device_and_precision(recipe, cfg, f"{ctx.stage} SFT {name}")
-    set_seed(seed)
-    if m.data["inputs"]["model"] is None:
-        m.set_input_model(model_ref)
-    model, tokenizer = load_model_and_tokenizer(model_ref, device=precision.device,
-                                                trust_remote_code=recipe.trust_remote_code, dtype=precision.dtype)
-    set_attention(model, cfg)
-    chat = training_chat_template(tokenizer)
-    (log.warning if chat.install else log.info)("SFT %s: chat template: %s", name, chat.source)
-    if chat.install:
-        tokenizer.chat_template = chat.template
-    prefill = assistant_prefill(tokenizer)
-    if prefill:  # the template opens the think block itself: the targets open it the same way
-        rows = [{**r, "messages": [{**msg, "content": align_to_prefill(msg["content"], prefill)}
-                                   if msg["role"] == "assistant" else msg for msg in r["messages"]]} for r in rows]
-    rows, too_long = fit_rows(rows, tokenizer, cfg.max_length, chat.template)
-    if too_long:
-        log.warning("SFT %s: %d rows longer than max_length %d tokens left out", name, too_long, cfg.max_length)
-    if not rows:
-        raise ValueError(f"SFT {name}: every row is longer than max_length ({cfg.max_length} tokens): raise it")
-    steps = steps_for_epochs(cfg.epochs, len(rows), cfg)
-    args, settings = sft_config(cfg, output_dir=trainer_dir, seed=seed, device=precision.device, bf16=precision.bf16,
-                                steps=steps, tracked=tracked)
-    progress = None
-    if cfg.eval_every:  # held-out pass@1 while training (a monitor), in the chat template SFT teaches
-        eval_rows = load_rows(recipe.data.test, recipe)[0][: cfg.eval_problems]
-        progress = ProgressEvaluation(cfg.eval_every, progress_evaluator(recipe, tokenizer, eval_rows, "chat"))
-    audit = None
-
-    def make_trainer():
-        nonlocal audit
-        trainer = SFTTrainer(
-            model=model,
-            args=args,
-            train_dataset=Dataset.from_list([{"messages": r["messages"]} for r in rows]),
-            processing_class=tokenizer,
-            peft_config=lora_config(cfg.lora),
-            callbacks=[TrackedRun(ctx), LossLog(metrics_path), *(callbacks or []), *trainer_faults()],
-        )
-        if progress is not None:
-            progress.install(trainer)
-        if cfg.batching == "packed":  # the batch's examples in rows of at most max_length tokens (data/packing.py)
-            trainer.data_collator = PackedCollator(tokenizer.pad_token_id, cfg.max_length)
-        audit = trainer.data_collator = RowAudit(trainer.data_collator)  # which rows this process trained on
-        log.info("SFT %s: %d rows, %d steps (%.1f epochs × batch %d, %s), lr %.1e%s", name, len(rows), steps,
-                 cfg.epochs, cfg.batch_size * cfg.gradient_accumulation_steps * world_size(), cfg.batching,
-                 args.learning_rate, f", LoRA r={cfg.lora.r}" if cfg.lora else "")
-        return trainer
-
-    t0 = time.time()
-    model, global_step, _ = fit(make_trainer, start, steps, model)
-    seconds = time.time() - t0
-    end_token = end_of_turn_token(tokenizer) or (CHAT_END if chat.install else None)
-    end_of_turn = tokenizer.convert_tokens_to_ids(end_token) if end_token else None
-    if model is not None and end_of_turn is not None and end_of_turn != tokenizer.unk_token_id:
-        # the model now ends its turn with the template's end-of-turn token (<|im_end|> for ChatML):
-        # generation (ours, TRL's, vLLM's) must stop there
-        model.generation_config.eos_token_id = list(dict.fromkeys([tokenizer.eos_token_id, end_of_turn]))
-    processes = processes_summary(model, audit.seen if audit else set(), "rows_seen")
-    save_final(model, tokenizer, final)
-    if is_main():
-        m.update_metrics(**{key: {
-            "rows": len(rows), "rows_over_max_length": too_long, "steps": global_step, "epochs": cfg.epochs, "batching": cfg.batching,
-            **losses(metrics_path),
-            "train_seconds_this_run": round(seconds, 1), "resumed_from_step": start.from_step,
-            "lora": cfg.lora is not None, "processes": processes, "precision": precision.name,
-            "chat_template": {"source": chat.source, "installed": chat.install,
-                              "sha256": hashlib.sha256(chat.template.encode()).hexdigest()[:16],
-                              "think_prefill": prefill or None},
-            "trl": jsonable(settings),
-        }})
-    return final
+    return train_section(ctx, cfg, SFTJob(ctx, cfg, rows=rows, model_ref=model_ref, name=name, callbacks=callbacks))
 
 
 class RowAudit:

@@ -1,30 +1,14 @@
-"""The skeleton the three training jobs share: GRPO (``stages/training/grpo.py``), SFT (``stages/training/sft.py``) and reward
-models (``stages/training/reward_model.py``). Each of them keeps only what is its own (datasets, rewards, rollout
-records, evaluations); what they have in common lives here, once:
+"""The order of every training job, written once: :func:`train_section` runs a :class:`TrainingJob` (GRPO,
+SFT, a reward model: ``grpo.py``, ``sft.py``, ``reward_model.py``), which carries only what is its own.
 
-- :func:`device_and_precision`: the device, the weights' dtype and bf16 compute, from the section's
-  ``precision`` (fp32, bf16 weights, or bf16 autocast over fp32 weights); :func:`set_attention`;
-- :func:`begin`: fresh, resumed from the last complete ``checkpoint-N``, or already finished;
-- :func:`trl_args`: TRL's config for a recipe section: TRL's defaults, overridden by the project's
-  (``stages.pipeline.recipe.PROJECT_DEFAULTS``), by the recipe's ``trl:`` mapping, and last by the settings the
-  project sets itself (``stages.pipeline.recipe.SET_BY_PROJECT``: output folder, steps, batch, seed, precision…);
-- :func:`fit`: ``trainer.train`` from where :func:`begin` said, LoRA adapters merged into the weights;
-- :func:`save_final`: the final model and tokenizer written atomically by the main process, then a barrier;
-- :class:`LossLog` and :func:`losses`: TRL's log rows in a JSON Lines file, and the first and last loss;
-- :func:`tracking` and :class:`TrackedRun`: the recipe's experiment tracker (TRL's ``report_to``), one
-  named run per trainer with the recipe's hash in its config;
-- :class:`ProgressEvaluation`: held-out pass@1 every ``eval_every`` steps, logged with the step's metrics.
+    check → begin (fresh, resumed from checkpoint-N, or done) → seed → load → attention → prepare
+    → TRL config → fit → sharded/atomic save (LoRA merged) → metrics → manifest → after
 
-Resume. TRL/transformers checkpoints (``<trainer dir>/checkpoint-N``, every ``save_steps``) hold model,
-optimizer, scheduler, RNG states and trainer state; ``trainer.train(resume_from_checkpoint=…)`` restores
-all of them. When a stage resumes, the last *complete* ``checkpoint-N`` is used; transformers writes
-``trainer_state.json`` last, so a folder without it (or without weights, optimizer or scheduler, or with
-a torn state file) is a checkpoint cut short by a crash: it is deleted, never loaded (left in place,
-checkpoint rotation could delete a good one instead). Rows of the run's logs past step N are dropped,
-since those steps run again. A trainer that does not resume (the reward models) starts over.
-
-Several processes: every process trains (data-parallel); only the main one deletes, truncates and saves,
-and the others wait for it at barriers (``stages.pipeline.common``).
+And what that order is made of: precision (:func:`device_and_precision`), TRL's config (:func:`trl_args`),
+resume (:func:`begin`, :func:`last_complete_checkpoint`), :func:`fit`, the gather of sharded models
+(:func:`whole_model`), :func:`save_final`, tracking, and the callbacks every trainer carries
+(:class:`TrackedRun`, :class:`StepProgress`, :class:`LossLog`). Resume and several processes:
+docs/architecture.md "Resume".
 """
 
 from __future__ import annotations
@@ -34,6 +18,7 @@ import logging
 import math
 import os
 import shutil
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,7 +30,7 @@ from transformers import TrainerCallback
 
 from data.jsonl import append_jsonl, read_jsonl_tolerant
 from data.timing import timed
-from stages.pipeline.common import barrier, is_main, pick_device, save_model_atomically, world_size
+from stages.pipeline.common import barrier, is_main, pick_device, save_model_atomically, set_seed, world_size
 from stages.pipeline.runner import STEP_LOG
 
 log = logging.getLogger("r1")
@@ -521,72 +506,6 @@ class TrackedRun(TrainerCallback):
                 wandb.run.config.update(self.info, allow_val_change=True)
 
 
-def rng_untouched():
-    """A block after which torch's random state (the CPU's and every CUDA device's) is as it was before:
-    an evaluation during training samples inside it, and training draws the same random numbers as it
-    would without the evaluation."""
-    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
-    return torch.random.fork_rng(devices=cuda)
-
-
-class ProgressEvaluation(TrainerCallback):
-    """Every ``every`` optimizer steps, ``evaluate(model) -> {name: value}`` on the main process (a
-    held-out pass@1 on a few problems), added to that step's log row, so that the metrics file and the
-    tracker get it with the step's other metrics. :meth:`install` puts it first among the trainer's
-    callbacks: ``on_log`` hands one dict to every callback in turn, and the trackers must see it filled.
-
-    Every process asks for the log at that step (logging gathers the loss: a collective); only the main
-    one evaluates, under :func:`rng_untouched` (training draws the same random numbers), on the model
-    :func:`whole_model` gives it (gathered first under ZeRO-3 or FSDP, by every process)."""
-
-    def __init__(self, every: int, evaluate: Callable[[torch.nn.Module], dict]):
-        self.every, self.evaluate = every, evaluate
-        self.pending: dict | None = None
-        self.trainer = None
-
-    def install(self, trainer) -> None:
-        trainer.callback_handler.callbacks.insert(0, self)
-        self.trainer = trainer
-
-    def on_step_end(self, args, state, control, model=None, **kwargs):
-        if not self.every or state.global_step % self.every or model is None:
-            return
-        control.should_log = True
-        whole = whole_model(self.trainer, model)
-        if state.is_world_process_zero:
-            was_training = whole.training
-            with rng_untouched():
-                whole.eval()
-                self.pending = self.evaluate(whole)
-            whole.train(was_training)
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if self.pending is not None and logs is not None:
-            logs.update(self.pending)
-            self.pending = None
-
-
-def progress_evaluator(recipe, tokenizer, rows: list[dict], prompt_template: str) -> Callable:
-    """The evaluation :class:`ProgressEvaluation` runs: the recipe's protocol (temperature, top-p,
-    length) with one sample per problem of ``rows``, on the live model (transformers sampling: a model
-    mid-training has no path for vLLM)."""
-    import dataclasses
-
-    from eval.generate import make_sampler
-    from eval.runner import evaluate_rows
-
-    cfg = dataclasses.replace(recipe.eval, k=1, prompt_template=prompt_template)
-
-    def evaluate(model) -> dict:
-        sampler = make_sampler("transformers", model=model, tokenizer=tokenizer, batch_size=cfg.batch_size)
-        summary = evaluate_rows(sampler, tokenizer, rows, cfg=cfg, seed=recipe.seed, name="progress", progress=False)
-        return {"eval_pass@1": round(summary["pass@1"], 4)}
-
-    return evaluate
-
-
-
-
 class StepProgress(TrainerCallback):
     """The terminal's view of a trainer: one progress bar (steps, elapsed, the latest loss, reward and
     held-out pass@1), in place of transformers' bar and its printed ``{'loss': …}`` dictionaries. The
@@ -653,3 +572,109 @@ def jsonable(settings: dict) -> dict:
     """TRL settings as the manifest records them (paths and other objects as strings)."""
     return {k: v if isinstance(v, bool | int | float | str | list | dict | type(None)) else str(v)
             for k, v in settings.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# The job protocol, and the order every training job runs in
+# ---------------------------------------------------------------------------------------------
+
+
+class TrainingJob:
+    """What one trainer of a stage carries beside the shared order (:func:`train_section`): its names and
+    outputs, how it loads, prepares and configures, which TRL trainer it makes, and what it records.
+    The defaults are an SFT-like job's; a job overrides what is its own."""
+
+    key: str  # its entry in the manifest's metrics (also what "done" is judged by)
+    part: str  # the tracker's run name: <recipe>/<stage>/<part>/seed<seed>
+    what: str  # for logs and errors: "SFT checkpoint", "reward model rm_helpfulness", the stage…
+    final: Path  # the saved model's folder
+    trainer_dir: Path  # the trainer's checkpoint-N folders
+    logs: Sequence[Path] = ()  # files whose rows past a resumed step are dropped
+    stale: Sequence[Path] = ()  # other outputs a fresh start deletes
+    resumable: bool = True
+    steps: int = 0  # optimizer steps; set by ``prepare`` at the latest
+
+    def check(self, precision: Precision) -> None:
+        """Refuse what cannot run, before anything is deleted or loaded."""
+
+    def forget_after(self, step: int) -> None:
+        """On resume from step ``step``: forget what the steps after it recorded (they run again)."""
+
+    def started(self, start: Start) -> None:
+        """Told where training starts (before anything is loaded)."""
+
+    def when_done(self) -> Path:
+        """Training had finished in an earlier run: what is left to do; returns the final folder."""
+        log.info("%s already trained: %s", self.what, self.final)
+        return self.final
+
+    def load(self, precision: Precision):
+        """(model, tokenizer), on ``precision``'s device in its dtype."""
+        raise NotImplementedError
+
+    def prepare(self, model, tokenizer) -> None:
+        """Everything between loading and TRL's config (data that needs the tokenizer, ``steps``…)."""
+
+    def config(self, **common):
+        """(TRL's config, the settings given to it); ``common``: output_dir, seed, device, bf16 and the
+        tracking settings (:func:`trl_args` takes them)."""
+        raise NotImplementedError
+
+    def callbacks(self) -> list:
+        """The job's own callbacks (after :class:`TrackedRun`, before the fault-injection ones)."""
+        return []
+
+    def trainer(self, model, tokenizer, args, callbacks: list):
+        """TRL's trainer for ``model``."""
+        raise NotImplementedError
+
+    def trained(self, model, tokenizer, trainer) -> None:
+        """After :func:`fit`, before the save (``trainer`` is None when training had already ended)."""
+
+    def metrics(self, model, tokenizer, global_step: int, start: Start, seconds: float) -> dict:
+        """The manifest's record of this trainer, on the main process after the save (``precision`` and the
+        ``trl`` settings are added)."""
+        return {}
+
+    def after(self, model, tokenizer) -> None:
+        """After the manifest has the record (the RL runner's evaluation after training)."""
+
+
+def train_section(ctx, section, job: TrainingJob) -> Path:
+    """Train ``job`` under the recipe section ``section`` (its seed, precision, attention, LoRA and ``trl:``
+    settings) inside the stage ``ctx``; returns the final model's folder. The one place the order of a
+    training job is written: every trainer of every stage goes through here."""
+    recipe, m = ctx.recipe, ctx.manifest
+    seed = seed_of(recipe, section)
+    precision = device_and_precision(recipe, section, job.what)
+    tracked = tracking(ctx, job.part, seed)  # (an integration that is not installed is refused here)
+    job.check(precision)
+    start = begin(ctx, key=job.key, final=job.final, trainer_dir=job.trainer_dir, logs=job.logs,
+                  stale=job.stale, resumable=job.resumable, forget_after=job.forget_after)
+    job.started(start)
+    if start.done:
+        return job.when_done()
+
+    set_seed(seed)
+    model, tokenizer = job.load(precision)
+    set_attention(model, section)
+    job.prepare(model, tokenizer)
+    args, settings = job.config(output_dir=job.trainer_dir, seed=seed, device=precision.device,
+                                bf16=precision.bf16, tracked=tracked)
+
+    def make_trainer():
+        from data.faults import trainer_faults
+
+        return job.trainer(model, tokenizer, args, [TrackedRun(ctx), *job.callbacks(), *trainer_faults()])
+
+    t0 = time.time()
+    model, global_step, trainer = fit(make_trainer, start, job.steps, model)
+    seconds = time.time() - t0
+    job.trained(model, tokenizer, trainer)
+    del trainer
+    save_final(model, tokenizer, job.final)
+    if is_main():
+        record = job.metrics(model, tokenizer, global_step, start, seconds)
+        m.update_metrics(**{job.key: {**record, "precision": precision.name, "trl": jsonable(settings)}})
+    job.after(model, tokenizer)
+    return job.final
