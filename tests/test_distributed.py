@@ -176,5 +176,8 @@ def test_gpu_smoke_steps_are_bounded_and_a_failure_ends_it():
     tests/test_vllm.py, on vLLM's CPU build)."""
     p = subprocess.run(["bash", "scripts/gpu_smoke.sh", "--cpu"], cwd=REPO, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "OMP_NUM_THREADS": "1", "SMOKE_LIMIT": "4"})
-    assert p.returncode == 1 and "gpu_smoke: FAILED base: exit status 124" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
+    # the base step is killed at the limit (124); on a loaded machine the preamble (torch's import) may spend
+    # the 4 s before the step starts, and the smoke ends there instead: either way the bound ended it
+    bounded = "gpu_smoke: FAILED base: exit status 124" in p.stdout or "FAILED base: the smoke's 4 s are spent" in p.stdout
+    assert p.returncode == 1 and bounded, p.stdout[-2000:] + p.stderr[-2000:]
     assert "gpu_smoke: ok" not in p.stdout and "all checks passed" not in p.stdout

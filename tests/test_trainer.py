@@ -625,3 +625,28 @@ def test_a_trainers_step_rows_go_to_the_stage_log_not_the_terminal(tmp_path, cap
         assert 'step 3 {"loss": 0.25, "reward": 0.5, "grad_norm": 1.0}' in (tmp_path / "stage.log").read_text()
     finally:
         setup_logging()
+
+
+def test_the_grpo_step_grpo_py_names_is_trls():
+    """grpo.py's header walks one GRPO step through TRL 1.16's methods and overrides two private ones: if a
+    TRL upgrade renames or reshapes them, the overrides would silently stop running (the length-bucket and
+    dynamic-sampling tests would then compare TRL with itself), so the names, parameters and the loss line
+    the header quotes are checked here."""
+    import inspect
+    import re
+
+    from trl import GRPOTrainer
+
+    from stages.training import grpo
+
+    extended = grpo.grpo_trainer_class(length_buckets=2, dynamic_sampling=1)
+    for name in ("_get_per_token_logps_and_entropies", "_generate_and_score_completions"):
+        assert name in vars(extended) and name in vars(GRPOTrainer), name  # ours overrides TRL's own
+    params = list(inspect.signature(GRPOTrainer._get_per_token_logps_and_entropies).parameters)
+    assert params[:8] == ["self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size",
+                          "compute_entropy", "compute_aux_loss"]
+    assert list(inspect.signature(GRPOTrainer._generate_and_score_completions).parameters) == ["self", "inputs"]
+    for name in ("training_step", "_prepare_inputs", "_generate", "_calculate_rewards", "compute_loss", "_compute_loss"):
+        assert re.search(rf"[`.]{name}``", grpo.__doc__) and callable(getattr(GRPOTrainer, name)), name
+    loss_line = "per_token_loss = -torch.min(per_token_loss1, per_token_loss2)"
+    assert loss_line in grpo.__doc__ and loss_line in inspect.getsource(GRPOTrainer._compute_loss)

@@ -241,19 +241,9 @@ def cmd_eval(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "status":
-            return cmd_status(args)
-        if args.command == "eval":
-            return cmd_eval(args)
-        if args.command == "report":
-            return cmd_report(args)
-        if args.command == "findings":
-            return cmd_findings(args)
-        if args.command == "passk":
-            return cmd_passk(args)
-        if args.command == "push":
-            return cmd_push(args)
-        return cmd_stage(args)
+        commands = {"status": cmd_status, "eval": cmd_eval, "report": cmd_report, "findings": cmd_findings,
+                    "passk": cmd_passk, "push": cmd_push}
+        return commands.get(args.command, cmd_stage)(args)
     except (RecipeError, ManifestError, FileNotFoundError, ValueError) as e:  # PlanError is a ValueError
         print(f"r1 {args.command}: error: {e}", file=sys.stderr)
         return 2

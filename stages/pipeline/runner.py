@@ -225,16 +225,10 @@ def side_work_for(stage: str, later: list[str]) -> dict[str, Callable]:
     return jobs
 
 
-def _run_locked(recipe, stage, body, stage_dir: Path, parent_stage, restart, parent_dir, reuse,
-                side_work, rebuild) -> Manifest:
-    if parent_stage:
-        parent = require_parent(Path(parent_dir) if parent_dir is not None else recipe.stage_dir(parent_stage),
-                                parent_stage, parent_stage)
-    else:
-        parent = None
-
+def _open(recipe, stage: str, stage_dir: Path, restart: bool) -> Manifest | bool:
+    """The stage folder before a run: its manifest when the stage is already complete; else whether the run
+    resumes an incomplete one (``--restart`` sets the previous run aside, put back if the new one fails)."""
     manifest_path = stage_dir / MANIFEST_NAME
-    resumed = False
     if manifest_path.exists() and not restart:
         try:
             existing = Manifest.load(manifest_path)
@@ -243,10 +237,10 @@ def _run_locked(recipe, stage, body, stage_dir: Path, parent_stage, restart, par
         if existing.status == "complete":
             log.info("%s: already complete (%s); use --restart to run it again", stage, manifest_path)
             return existing
-        resumed = True
         log.info("%s: resuming an incomplete run (status %r)", stage, existing.status)
         if is_main():
             remove_temporaries(stage_dir)
+        return True
     elif restart and stage_dir.exists() and is_main():
         # not deleted yet: moved aside to .<stage>.previous, deleted once the new run completes, and put
         # back if it fails (a restart given a bad dataset or model loses nothing)
@@ -262,6 +256,48 @@ def _run_locked(recipe, stage, body, stage_dir: Path, parent_stage, restart, par
             log.info("%s: --restart: moving the previous run aside to %s until this one completes", stage, aside)
             shutil.rmtree(aside, ignore_errors=True)
             stage_dir.rename(aside)
+    return False
+
+
+def _finish(recipe, stage: str, stage_dir: Path, manifest: Manifest, output) -> None:
+    """A stage's body returned ``output`` (its checkpoint, a registered model's folder or hub id, or None):
+    model card and datasets, the manifest completed, the hub push the recipe asks for, the set-aside run gone."""
+    manifest_path = stage_dir / MANIFEST_NAME
+    hub_id = isinstance(output, str) and not Path(output).exists()
+    # a checkpoint this stage wrote (not a registered model's own folder, not a hub id)
+    ours = output is not None and not hub_id and stage_dir.resolve() in Path(output).resolve().parents
+    if is_main() and ours:  # the hub-ready outputs: a model card, hashed with the checkpoint; the curated sets
+        cards.write_model_card(Path(output), manifest)
+        cards.export_datasets(stage_dir, manifest)
+    if hub_id:
+        manifest.data["output"]["model_ref"] = output  # nothing local to hash
+        manifest.complete(None)
+    else:
+        manifest.complete(output)
+    log.info("%s: complete → %s", stage, manifest_path)
+    if is_main() and ours and recipe.hub.push_to_hub:  # the stage is complete whatever the hub says
+        repo = f"{recipe.hub.repo_prefix}-{stage.replace('_', '-')}"
+        try:
+            cards.push(stage_dir, repo, private=recipe.hub.private)
+        except Exception as e:  # noqa: BLE001 - a network or permission error: said, and the run goes on
+            log.error("%s: pushing to the hub failed (%s: %s); `r1 push %s %s` tries again", stage,
+                      type(e).__name__, e, stage, repo)
+    if is_main() and previous_dir(stage_dir).exists():
+        shutil.rmtree(previous_dir(stage_dir), ignore_errors=True)  # the run --restart replaced
+
+
+def _run_locked(recipe, stage, body, stage_dir: Path, parent_stage, restart, parent_dir, reuse,
+                side_work, rebuild) -> Manifest:
+    if parent_stage:
+        parent = require_parent(Path(parent_dir) if parent_dir is not None else recipe.stage_dir(parent_stage),
+                                parent_stage, parent_stage)
+    else:
+        parent = None
+
+    opened = _open(recipe, stage, stage_dir, restart)
+    if isinstance(opened, Manifest):  # already complete
+        return opened
+    resumed = opened
     barrier()
 
     setup_logging(stage_dir / ("stage.log" if is_main() else f"stage.rank{rank()}.log"))
@@ -299,27 +335,7 @@ def _run_locked(recipe, stage, body, stage_dir: Path, parent_stage, restart, par
     speed["end"] = core_speed()
     manifest.update_metrics(wall_seconds=round(wall, 1), peak_rss_mb=round(peak_rss_mb(), 1), time_by_kind=kinds,
                             core_gflops=speed)
-    hub_id = isinstance(output, str) and not Path(output).exists()
-    # a checkpoint this stage wrote (not a registered model's own folder, not a hub id)
-    ours = output is not None and not hub_id and stage_dir.resolve() in Path(output).resolve().parents
-    if is_main() and ours:  # the hub-ready outputs: a model card, hashed with the checkpoint; the curated sets
-        cards.write_model_card(Path(output), manifest)
-        cards.export_datasets(stage_dir, manifest)
-    if hub_id:
-        manifest.data["output"]["model_ref"] = output  # nothing local to hash
-        manifest.complete(None)
-    else:
-        manifest.complete(output)
-    log.info("%s: complete → %s", stage, manifest_path)
-    if is_main() and ours and recipe.hub.push_to_hub:  # the stage is complete whatever the hub says
-        repo = f"{recipe.hub.repo_prefix}-{stage.replace('_', '-')}"
-        try:
-            cards.push(stage_dir, repo, private=recipe.hub.private)
-        except Exception as e:  # noqa: BLE001 - a network or permission error: said, and the run goes on
-            log.error("%s: pushing to the hub failed (%s: %s); `r1 push %s %s` tries again", stage,
-                      type(e).__name__, e, stage, repo)
-    if is_main() and previous_dir(stage_dir).exists():
-        shutil.rmtree(previous_dir(stage_dir), ignore_errors=True)  # the run --restart replaced
+    _finish(recipe, stage, stage_dir, manifest, output)
     barrier()  # the other processes leave only once the main one has written everything
     return manifest
 

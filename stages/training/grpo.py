@@ -1,41 +1,18 @@
-"""The shared RL runner: every RL stage (1, 3, 4's final RL, distillation's control) trains through :func:`run_rl`.
+"""GRPO for every RL stage (1, 3, 4's final RL, distillation's control): TRL's ``GRPOTrainer``, configured by
+:class:`GRPOJob` from an RLConfig section and run by ``skeleton.train_section``. One step, in TRL 1.16:
 
-It *configures* TRL's ``GRPOTrainer`` from a recipe's :class:`stages.pipeline.recipe.RLConfig` section (the
-section's ``trl:`` settings pass through to ``GRPOConfig``, ``stages/training/skeleton.py``); it does not fork it,
-and subclasses it only where a section asks for the training forward pass in length buckets or for
-DAPO's dynamic sampling (:func:`grpo_trainer_class`). What it adds around the trainer:
+1. ``Trainer.training_step`` → ``GRPOTrainer._prepare_inputs``: a new generation every
+   ``steps_per_generation × num_iterations`` micro-steps, else the buffered one (GRPO's μ);
+2. ``_generate_and_score_completions``: ``_generate`` (``model.generate``, here the KV-cache loop
+   ``eval.decode.fast_generate``; or vLLM), ``_calculate_rewards`` (the recipe's rewards, seen by
+   :class:`RolloutRecorder`), group-normalised advantages. **Overridden** for DAPO's dynamic sampling;
+3. ``compute_loss`` → ``_compute_loss``: ``_get_per_token_logps_and_entropies`` (**overridden**: length
+   buckets, less padding on a CPU), the clipped ratio (``epsilon``, ``epsilon_high``) and the loss line
+   ``per_token_loss = -torch.min(per_token_loss1, per_token_loss2)``, normalised by ``loss_type``;
+4. the optimizer step; with ``beta`` > 0, ``sync_ref_model`` replaces the reference every ``ref_model_sync_steps``.
 
-- reward functions by name and weight (``stages/training/rewards.py``), each wrapped so that a
-  :class:`RolloutRecorder` sees every scored batch: it logs accuracy, format rate, think rate and
-  language-mix rate through TRL's ``log_metric``, writes ``samples/step_XXXXX.jsonl`` every
-  ``sample_every`` steps, and appends correct *and* well-formed completions to
-  ``cold_start_candidates.jsonl`` (stage 2 filters them further);
-- :class:`MetricsCallback`: one ``metrics.jsonl`` row per logging step (reward total and per
-  function, accuracy, format rate, mean completion length, language-mix rate, KL, entropy, clip
-  ratios, share of zero-variance groups, seconds per step), and ``training_curves.png`` at the end
-  (accuracy and response length against step, DeepSeek-R1's Figures 2 and 3);
-- evaluation of the held-out rows before and after training with the evaluation runner's protocol
-  (``eval_before/``, ``eval_after/``, manifest metrics ``eval_before``, ``eval_after``, ``train``), and
-  at the optimizer steps ``eval_steps`` during training (:class:`StepEvaluation`: ``eval_step_NNNNN/``,
-  manifest ``eval_steps``), so held-out pass@1 can be plotted against RL step;
-- with ``pass_rate_filter``, a training set of the prompts the starting policy solves sometimes, not
-  always (:func:`filter_by_pass_rate`: sampled once before training, ``pass_rate_pool/``, manifest
-  ``pool_filter``). DAPO filters online, batch by batch (``dynamic_sampling``); this filter is offline and
-  is not refreshed as the policy learns.
-
-Precision, the fresh/resume/finished decision, TRL's config, LoRA and the atomic save are the shared
-trainer skeleton's (``stages/training/skeleton.py``). On resume from ``checkpoint-N``, rows of ``metrics.jsonl``,
-``cold_start_candidates*.jsonl``, sample files and step evaluations past step N are dropped, since those
-steps run again; the manifest's last resume entry gets ``from_step: N``.
-
-Deviations from DAPO: dynamic sampling (``dynamic_sampling``) replaces the groups whose rewards are all
-equal for a bounded number of extra rounds, not until none is left; off, such groups get zero advantage
-under group normalisation, so they add no policy gradient, only dilute the token-mean loss (and add KL
-when beta > 0); their share is logged every step as ``frac_reward_zero_std``. The soft overlong penalty
-is TRL's, as an ordinary reward function (``overlong``).
-
-Step numbering: a batch is scored before the optimizer step that trains on it; its rows carry that
-step's number (``trainer_state.global_step + 1``), the same numbering as ``metrics.jsonl``.
+The overrides are of private methods, safe while ``trl==1.16.0`` is pinned (tests/test_trainer.py checks them).
+Deviations from the paper and from DAPO, the recorder's files, resume: docs/training.md "grpo.py".
 """
 
 from __future__ import annotations
@@ -469,69 +446,87 @@ def grpo_trainer_class(length_buckets: int = 1, dynamic_sampling: int = 0):
         def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
                                                batch_size=None, compute_entropy=False, compute_aux_loss=False,
                                                **extra):
-            rows, width = input_ids.shape
             whole = super()._get_per_token_logps_and_entropies
+            rows = input_ids.shape[0]
             if (length_buckets <= 1 or rows < 2 * length_buckets or compute_aux_loss
                     or any(v is not None for v in extra.values())):
                 return whole(model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
                              compute_aux_loss, **extra)
-            prompt = width - logits_to_keep
-            columns = torch.arange(width, device=attention_mask.device)
-            real = attention_mask.bool()
-            first = torch.where(real, columns, width).min(dim=1).values  # each row's first real column
-            last = torch.where(real[:, prompt:], columns[prompt:], prompt - 1).max(dim=1).values  # its last
-            order = torch.argsort(last, stable=True)
-            logps, entropies = [], []
-            for group in torch.tensor_split(order, length_buckets):
-                start, end = int(first[group].min()), max(int(last[group].max()), prompt) + 1
-                lp, ent, _ = whole(model, input_ids[group, start:end], attention_mask[group, start:end],
-                                   end - prompt, batch_size, compute_entropy, False)
-                pad = (0, logits_to_keep - (end - prompt))  # the columns no row of the group uses
-                logps.append(torch.nn.functional.pad(lp, pad))
-                if compute_entropy:
-                    entropies.append(torch.nn.functional.pad(ent, pad))
-            back = torch.argsort(order)  # rows in their original order
-            return (torch.cat(logps)[back], torch.cat(entropies)[back] if compute_entropy else None, None)
+            return _bucketed_logps(whole, length_buckets, model, input_ids, attention_mask, logits_to_keep,
+                                   batch_size, compute_entropy)
 
         def _generate_and_score_completions(self, inputs):
             out = super()._generate_and_score_completions(inputs)
             if dynamic_sampling <= 0 or not self.model.training:
                 return out
-            if self.accelerator.num_processes > 1:
-                raise NotImplementedError("dynamic_sampling needs one process (a group may span processes)")
-            g = self.num_generations
-            wanted = len(inputs) // g
-            pieces, spare = [], []  # (output, kept group indices); the all-equal groups, kept for filling
-            zero = _zero_variance_groups(out["advantages"], g)
-            before = float(zero.float().mean())
-            pieces.append((out, [i for i in range(wanted) if not zero[i]]))
-            spare = [(out, i) for i in range(wanted) if zero[i]]
-            have, extra_groups = len(pieces[0][1]), 0
-            # TRL (and the recorder) log each generation's metrics as one entry, averaged per entry: the
-            # extra rounds' would count as much as the step's own generation, so they are dropped below
-            logged = {key: len(values) for key, values in self._metrics["train"].items()}
-            for round_ in range(dynamic_sampling):
-                if have >= wanted:
-                    break
-                rng = random.Random(f"{self.args.seed}|{self.state.global_step}|{round_}")
-                rows = [self.train_dataset[rng.randrange(len(self.train_dataset))] for _ in range(wanted - have)]
-                more = super()._generate_and_score_completions([row for row in rows for _ in range(g)])
-                extra_groups += len(rows)
-                zero = _zero_variance_groups(more["advantages"], g)
-                kept = [i for i in range(len(rows)) if not zero[i]][: wanted - have]
-                pieces.append((more, kept))
-                have += len(kept)
-            pieces += [(o, [i]) for o, i in spare[: wanted - have]]
-            for key in list(self._metrics["train"]):  # the step's own generation's metrics only
-                del self._metrics["train"][key][logged.get(key, 0):]
-            batch = _concat_groups(pieces, g, self._tokenizer.pad_token_id)
-            batch["num_items_in_batch"] = batch["completion_mask"].sum()
-            after = float(_zero_variance_groups(batch["advantages"], g).float().mean())
-            for name, value in (("zero_std_before", before), ("zero_std_after", after), ("extra_groups", extra_groups)):
-                self._metrics["train"][f"dynamic_sampling/{name}"].append(value)
-            return batch
+            return _dynamic_sampling(self, super()._generate_and_score_completions, inputs, out, dynamic_sampling)
 
     return ExtendedGRPOTrainer
+
+
+def _bucketed_logps(whole, buckets: int, model, input_ids, attention_mask, logits_to_keep, batch_size,
+                    compute_entropy):
+    """TRL's ``_get_per_token_logps_and_entropies`` (``whole``) on ``buckets`` groups of rows of similar
+    completion length, each cut to the columns one of its rows uses. input_ids, attention_mask: (rows,
+    width), the last ``logits_to_keep`` columns the completions; returns (logps, entropies or None, None),
+    each (rows, logits_to_keep), rows in their order and the cut columns as zeros."""
+    width = input_ids.shape[1]
+    prompt = width - logits_to_keep
+    columns = torch.arange(width, device=attention_mask.device)
+    real = attention_mask.bool()
+    first = torch.where(real, columns, width).min(dim=1).values  # each row's first real column
+    last = torch.where(real[:, prompt:], columns[prompt:], prompt - 1).max(dim=1).values  # its last
+    order = torch.argsort(last, stable=True)
+    logps, entropies = [], []
+    for group in torch.tensor_split(order, buckets):
+        start, end = int(first[group].min()), max(int(last[group].max()), prompt) + 1
+        lp, ent, _ = whole(model, input_ids[group, start:end], attention_mask[group, start:end],
+                           end - prompt, batch_size, compute_entropy, False)
+        pad = (0, logits_to_keep - (end - prompt))  # the columns no row of the group uses
+        logps.append(torch.nn.functional.pad(lp, pad))
+        if compute_entropy:
+            entropies.append(torch.nn.functional.pad(ent, pad))
+    back = torch.argsort(order)  # rows in their original order
+    return torch.cat(logps)[back], torch.cat(entropies)[back] if compute_entropy else None, None
+
+
+def _dynamic_sampling(trainer, generate_and_score, inputs, out: dict, rounds: int) -> dict:
+    """DAPO's dynamic sampling on one generation ``out`` of ``inputs`` (``generate_and_score``: TRL's
+    ``_generate_and_score_completions``): the groups with all-equal rewards replaced by groups of fresh
+    prompts for at most ``rounds`` more generations, the rest filled with the dropped groups."""
+    if trainer.accelerator.num_processes > 1:
+        raise NotImplementedError("dynamic_sampling needs one process (a group may span processes)")
+    g = trainer.num_generations
+    wanted = len(inputs) // g
+    zero = _zero_variance_groups(out["advantages"], g)
+    before = float(zero.float().mean())
+    pieces = [(out, [i for i in range(wanted) if not zero[i]])]  # (output, kept group indices)
+    spare = [(out, i) for i in range(wanted) if zero[i]]  # the all-equal groups, kept for filling
+    have, extra_groups = len(pieces[0][1]), 0
+    # TRL (and the recorder) log each generation's metrics as one entry, averaged per entry: the
+    # extra rounds' would count as much as the step's own generation, so they are dropped below
+    metrics = trainer._metrics["train"]
+    logged = {key: len(values) for key, values in metrics.items()}
+    for round_ in range(rounds):
+        if have >= wanted:
+            break
+        rng = random.Random(f"{trainer.args.seed}|{trainer.state.global_step}|{round_}")
+        rows = [trainer.train_dataset[rng.randrange(len(trainer.train_dataset))] for _ in range(wanted - have)]
+        more = generate_and_score([row for row in rows for _ in range(g)])
+        extra_groups += len(rows)
+        zero = _zero_variance_groups(more["advantages"], g)
+        kept = [i for i in range(len(rows)) if not zero[i]][: wanted - have]
+        pieces.append((more, kept))
+        have += len(kept)
+    pieces += [(o, [i]) for o, i in spare[: wanted - have]]
+    for key in list(metrics):  # the step's own generation's metrics only
+        del metrics[key][logged.get(key, 0):]
+    batch = _concat_groups(pieces, g, trainer._tokenizer.pad_token_id)
+    batch["num_items_in_batch"] = batch["completion_mask"].sum()
+    after = float(_zero_variance_groups(batch["advantages"], g).float().mean())
+    for name, value in (("zero_std_before", before), ("zero_std_after", after), ("extra_groups", extra_groups)):
+        metrics[f"dynamic_sampling/{name}"].append(value)
+    return batch
 
 
 def _zero_variance_groups(advantages: torch.Tensor, group: int) -> torch.Tensor:

@@ -133,6 +133,14 @@ def make_batches(docs, rows, batch_size: int, how: str, rng: random.Random) -> l
     return batches
 
 
+def lr_at(pt, step: int) -> float:
+    """The pretraining learning rate at ``step``: linear warmup, then cosine decay to ``min_lr_ratio``."""
+    if step < pt.warmup_steps:
+        return pt.learning_rate * (step + 1) / pt.warmup_steps
+    progress = (step - pt.warmup_steps) / max(1, pt.steps - pt.warmup_steps)
+    return pt.learning_rate * (pt.min_lr_ratio + (1 - pt.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
 def corpus_and_tokenizer(recipe):
     """The pretraining corpus (``steps × batch_size`` documents of ``data/corpus.py``) and the tokenizer
     trained on its first 20,000 documents: everything a tiny base is built from besides its settings."""
@@ -209,12 +217,6 @@ def pretrain_tiny(recipe, log=print):
     opt = torch.optim.AdamW(model.parameters(), lr=pt.learning_rate, weight_decay=pt.weight_decay,
                             betas=(0.9, 0.95))
 
-    def lr_at(step: int) -> float:  # linear warmup, then cosine decay to min_lr_ratio
-        if step < pt.warmup_steps:
-            return pt.learning_rate * (step + 1) / pt.warmup_steps
-        progress = (step - pt.warmup_steps) / max(1, pt.steps - pt.warmup_steps)
-        return pt.learning_rate * (pt.min_lr_ratio + (1 - pt.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
-
     batches = make_batches(docs, rows, pt.batch_size, pt.batching, random.Random(base_seed(recipe)))
     # Loss = sum over completion tokens / a constant (the corpus's mean completion tokens per batch), not
     # the per-batch token mean: with batches of one document type, a per-batch mean gives a short answer's
@@ -231,7 +233,7 @@ def pretrain_tiny(recipe, log=print):
         docs_ids = [rows[i] for i in batches[step]]
         inputs = _packed_batch(docs_ids, eos, pt.pack_length) if pt.batching == "packed" else _batch(docs_ids, eos)
         for g in opt.param_groups:
-            g["lr"] = lr_at(step)
+            g["lr"] = lr_at(pt, step)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             loss = model(**inputs, num_items_in_batch=tokens_per_batch).loss
         loss.backward()
@@ -240,7 +242,7 @@ def pretrain_tiny(recipe, log=print):
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
         if (step + 1) % pt.log_every == 0 or step == 0:
-            log(f"step {step + 1}/{pt.steps} loss {loss.item():.4f} lr {lr_at(step):.2e} "
+            log(f"step {step + 1}/{pt.steps} loss {loss.item():.4f} lr {lr_at(pt, step):.2e} "
                 f"({time.time() - t_train:.0f}s)")
     stats = {
         "parameters": n_params,

@@ -1,25 +1,10 @@
-"""Reward models for stage 4: trained with TRL's ``RewardTrainer`` from preference pairs, or loaded.
+"""Stage 4's reward models: TRL's ``RewardTrainer`` (Bradley-Terry, ``-log σ(r(chosen) - r(rejected))``) on
+conversational preference pairs, configured by :class:`RewardModelJob` and run by ``skeleton.train_section``;
+:class:`RewardScorer` scores ``(user, response)`` pairs as the trainer saw them (the same chat template).
 
-A reward model is a sequence-classification model with one output: the score of a conversation (the
-user's turn and the assistant's response, rendered with the chat template, read at the last token).
-TRL trains it with the Bradley-Terry loss ``-log σ(r(chosen) - r(rejected))`` on conversational
-pairs ``{"chosen": [user, assistant], "rejected": [user, assistant]}``.
-
-:class:`RewardScorer` scores ``(user text, response)`` pairs the same way the trainer saw them
-(``tokenizer.apply_chat_template`` of the two turns), so that training and scoring cannot drift apart.
-``stages.training.rewards.make_reward_model_reward`` turns a scorer into a reward function.
-
-Precision, the fresh/finished decision, TRL's config (the section's ``trl:`` settings pass through to
-``RewardConfig``), LoRA and the atomic save are the shared trainer skeleton's (``stages/training/skeleton.py``).
-
-Outputs in the stage folder: ``<name>/`` (the model, written atomically), ``<name>_metrics.jsonl``
-(loss per logging step); manifest metrics ``<name>``: pairs, steps, loss, and the pairwise
-accuracy on held-out pairs (the share where chosen outscores rejected). An interrupted training run
-starts over (it saves no checkpoints to resume from); a finished one is not redone.
-
-Deviation from the paper: DeepSeek-R1 reuses DeepSeek-V3's reward models and preference data; here
-the tiny world builds its own pairs (``data/general.py``), and real recipes name a dataset or an
-existing reward model.
+Deviation from the paper: DeepSeek-R1 reuses DeepSeek-V3's reward models and preference data; here the tiny
+world builds its own pairs (``data/general.py``), and real recipes name a dataset or a reward model.
+An interrupted training starts over (no checkpoints). Outputs: docs/training.md "reward_model.py".
 """
 
 from __future__ import annotations
@@ -34,15 +19,8 @@ import torch
 from data.jsonl import write_jsonl_atomic
 from data.templates import training_chat_template
 from stages.pipeline.common import is_main, load_tokenizer
-from stages.training.skeleton import (
-    LossLog,
-    TrainingJob,
-    lora_config,
-    losses,
-    steps_for_epochs,
-    train_section,
-    trl_args,
-)
+from stages.training import skeleton
+from stages.training.skeleton import TrainingJob
 
 log = logging.getLogger("r1")
 
@@ -90,7 +68,7 @@ def reward_config(spec, *, output_dir: Path, seed: int, device: torch.device, bf
                   tracked: dict | None = None):
     """(TRL's RewardConfig, the settings given to it) for a RewardModelSpec section (``tracked``: the
     tracking settings, ``stages.training.skeleton.tracking``). No checkpoints: an interrupted run starts over."""
-    return trl_args(spec, output_dir=output_dir, seed=seed, device=device, bf16=bf16, max_steps=steps,
+    return skeleton.trl_args(spec, output_dir=output_dir, seed=seed, device=device, bf16=bf16, max_steps=steps,
                     per_device_train_batch_size=spec.batch_size,
                     gradient_accumulation_steps=spec.gradient_accumulation_steps, max_length=spec.max_length,
                     save_strategy="no", **(tracked or {}))
@@ -142,13 +120,13 @@ class RewardModelJob(TrainingJob):
     def prepare(self, model, tokenizer) -> None:
         if model.config.pad_token_id is None:
             model.config.pad_token_id = tokenizer.pad_token_id
-        self.steps = steps_for_epochs(self.spec.epochs, len(self.train_pairs), self.spec)
+        self.steps = skeleton.steps_for_epochs(self.spec.epochs, len(self.train_pairs), self.spec)
 
     def config(self, *, tracked, **common):
         return reward_config(self.spec, steps=self.steps, tracked=tracked, **common)
 
     def callbacks(self) -> list:
-        return [LossLog(self.metrics_path)]
+        return [skeleton.LossLog(self.metrics_path)]
 
     def trainer(self, model, tokenizer, args, callbacks):
         from datasets import Dataset
@@ -158,7 +136,7 @@ class RewardModelJob(TrainingJob):
                  len(self.eval_pairs), self.steps, self.init_ref)
         return RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(self.train_pairs),
                              processing_class=tokenizer, callbacks=callbacks,
-                             peft_config=lora_config(self.spec.lora, task_type="SEQ_CLS", modules_to_save=["score"]))
+                             peft_config=skeleton.lora_config(self.spec.lora, task_type="SEQ_CLS", modules_to_save=["score"]))
 
     def metrics(self, model, tokenizer, global_step, start, seconds) -> dict:
         scorer = RewardScorer(str(self.final), device=self.precision.device, max_length=self.spec.max_length,
@@ -166,7 +144,7 @@ class RewardModelJob(TrainingJob):
         accuracy = pairwise_accuracy(scorer, self.eval_pairs)
         log.info("reward model %s: held-out pair accuracy %.3f (%.0fs)", self.key, accuracy or 0.0, seconds)
         return {"pairs_train": len(self.train_pairs), "pairs_held_out": len(self.eval_pairs), "steps": self.steps,
-                **losses(self.metrics_path), "held_out_pair_accuracy": accuracy, "train_seconds": round(seconds, 1)}
+                **skeleton.losses(self.metrics_path), "held_out_pair_accuracy": accuracy, "train_seconds": round(seconds, 1)}
 
 
 def train_reward_model(ctx, spec, *, pairs: Callable[[], list[dict]], init_ref: str, name: str,
@@ -176,5 +154,5 @@ def train_reward_model(ctx, spec, *, pairs: Callable[[], list[dict]], init_ref: 
 
     ``held_out`` of the pairs (shuffled under the recipe's seed) are kept out of training and measure
     the pairwise accuracy after it."""
-    return train_section(ctx, spec, RewardModelJob(ctx, spec, pairs=pairs, init_ref=init_ref, name=name,
+    return skeleton.train_section(ctx, spec, RewardModelJob(ctx, spec, pairs=pairs, init_ref=init_ref, name=name,
                                                    held_out=held_out))

@@ -1,23 +1,10 @@
-"""The shared supervised fine-tuning runner: TRL's ``SFTTrainer``, configured from a recipe's SFT
-section (``stages.pipeline.recipe.SFTSpec``; its ``trl:`` settings pass through to ``SFTConfig``). Stage 2 (cold
-start), stage 4 (SFT on the curated mix) and distillation use it.
+"""SFT for stage 2 (cold start), stage 4 (the curated mix) and distillation: TRL's ``SFTTrainer``, configured by
+:class:`SFTJob` from an SFTSpec section and run by ``skeleton.train_section``.
 
-Rows are conversations (``messages``: the user's turn, then the assistant's response); the loss is on
-the assistant's tokens only (``assistant_only_loss``, through the ``{% generation %}`` markers of the
-chat template). The model keeps its own chat template (saved with the checkpoint, so every later stage
-and every user speaks the model's format); when it lacks the markers, TRL's training twin of it renders
-the training text (Qwen2.5, Llama 3, DeepSeek-R1-Distill…, ``data.templates.training_chat_template``).
-Only a tokenizer with no template, or one TRL does not know, gets the project's ChatML installed, with
-a warning; the manifest records which (``chat_template``). Under a template that opens the think block
-in its generation prompt (R1-Distill's ``<think>\n``), each target's think block opens the same way.
-
-Precision, the fresh/resume/finished decision, TRL's config, LoRA (adapters merged into the weights
-before saving: the checkpoint is always a plain model) and the atomic save are the shared trainer
-skeleton's (``stages/training/skeleton.py``).
-
-Outputs in the stage folder: ``<name>/`` (the final model + tokenizer, written atomically),
-``<name>_trainer/checkpoint-N`` (resumable: model, optimizer, scheduler, RNG), and
-``<name>_metrics.jsonl`` (loss, learning rate, grad norm per logging step).
+Rows are conversations; the loss is on the assistant's tokens only (``assistant_only_loss``, through the
+``{% generation %}`` markers of TRL's training twin of the model's chat template; ChatML installed, with a
+warning, only for a tokenizer TRL does not know). Deviation from TRL: rows longer than ``max_length`` are
+dropped (and counted), not truncated. Outputs and the chat-template rules: docs/training.md "sft.py".
 """
 
 from __future__ import annotations
