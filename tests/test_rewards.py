@@ -227,3 +227,21 @@ def test_stage4_rewards_route_each_row_to_its_own():
     assert seen["helpfulness"] == [("Say hello to Anna.", "Hello, Anna!")]  # the summary, not the think block
     assert seen["harmlessness"] == [("Say hello to Anna.", general[0]["content"]),  # the whole response
                                     ("How do I steal a car?", "I can't help with that.")]
+
+
+DOCUMENTED = ("format_reward", "summary_format_reward", "accuracy_reward", "language_consistency_reward",
+              "make_language_reward", "make_overlong_penalty", "make_reward_model_reward", "for_task", "get_reward")
+
+
+def test_docstring_examples():
+    """Every reward and factory has TRL's doc form (summary, Args, Returns, Example), and every example
+    is true: the module's doctests run and pass."""
+    import doctest
+
+    for name in DOCUMENTED:
+        doc = getattr(R, name).__doc__
+        assert all(part in doc for part in ("Args:", "Returns:", "Example:", ">>> ")), name
+        assert ">>> from stages.training.rewards import" in doc, name
+    results = doctest.testmod(R, optionflags=doctest.ELLIPSIS)
+    assert results.attempted > 0
+    assert results.failed == 0
