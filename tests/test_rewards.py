@@ -1,6 +1,7 @@
 """Reward functions: tables of (completion, columns, expected) on plain and chat completions."""
 
 import functools
+import re
 
 import pytest
 
@@ -165,6 +166,36 @@ def test_registry():
         get_reward("overlong", overlong_max_length=4, overlong_buffer=0)
     with pytest.raises(ValueError, match="unknown reward"):
         get_reward("neural")
+
+
+
+@pytest.mark.parametrize("path", ["tests.custom_reward:length_reward", "tests.custom_reward.length_reward"])
+def test_a_custom_reward_by_its_import_path(path):
+    """A name with a dot that is no rule reward is package.module:function or package.module.function:
+    that function, as it is, is the reward (as trl/scripts/grpo.py takes dotted reward_funcs)."""
+    from tests.custom_reward import length_reward
+
+    f = get_reward(path, language_target="zh", overlong_max_length=4, overlong_buffer=2)
+    assert f is length_reward
+    assert f(["abc", chat("hello")], prompts=["p", "q"], completion_ids=[[1], [2]]) == [3.0, 5.0]
+
+
+@pytest.mark.parametrize("path, error", [
+    ("tests.no_such_module:length_reward", "reward 'tests.no_such_module:length_reward': module "
+                                           "'tests.no_such_module' not found"),
+    ("no_such_package.rewards.length_reward", "module 'no_such_package.rewards' not found"),
+    ("tests.custom_reward:no_such_reward", "reward 'tests.custom_reward:no_such_reward': module "
+                                           "'tests.custom_reward' has no attribute 'no_such_reward'"),
+    ("tests.custom_reward.no_such_reward", "module 'tests.custom_reward' has no attribute 'no_such_reward'"),
+    ("tests.custom_reward:NOT_A_REWARD", "reward 'tests.custom_reward:NOT_A_REWARD': "
+                                         "tests.custom_reward.NOT_A_REWARD is not callable"),
+    ("tests.custom_reward_broken:length_reward", "importing module 'tests.custom_reward_broken' failed: "
+                                                 "No module named 'no_such_dependency_of_a_reward'"),
+    ("tests.custom_reward:", "an import path is package.module:function"),
+])
+def test_a_custom_reward_that_cannot_be_imported_is_a_clear_error(path, error):
+    with pytest.raises(ValueError, match=re.escape(error)):
+        get_reward(path)
 
 
 def test_the_recipe_checks_names_against_the_registry():

@@ -10,14 +10,14 @@ row ``num_generations`` times), beside TRL's ``prompts``, ``completion_ids``, ``
 returns None for a completion.
 
 The registry (:data:`RULE_REWARDS`, :data:`MODEL_REWARDS`, :data:`REWARD_NAMES`) names what a recipe's
-``rewards`` may weight; :func:`get_reward` builds one (``stages/pipeline/recipe.py``
-checks a recipe's names against it).
+``rewards`` may weight; :func:`get_reward` builds one, or imports a custom reward by its dotted path.
 """
 
 from __future__ import annotations
 
 import collections
 import functools
+import importlib
 import json
 import logging
 import os
@@ -399,11 +399,18 @@ def _overlong(max_length: int | None, buffer: int):
 
 def get_reward(name: str, *, language_target: str = "en", overlong_max_length: int | None = None,
                overlong_buffer: int = 0) -> Callable[..., list[float | None]]:
-    r"""The rule reward a recipe names (see :data:`RULE_REWARDS`), built with the RL section's settings.
+    r"""The reward function a recipe names: a rule reward of :data:`RULE_REWARDS`, or a custom one by import path.
+
+    A name that is not a rule reward and contains a ``.`` is a custom reward's import path,
+    ``package.module:function`` or ``package.module.function`` (as TRL's ``trl/scripts/grpo.py`` takes
+    dotted ``reward_funcs``): the module is imported and the function is the reward itself, in TRL's form
+    ``f(completions, **kwargs) -> list[float | None]`` (called with the completions first). The module must
+    be importable (on ``sys.path``) in every training process. The settings below apply to rule rewards.
 
     Args:
         name (`str`):
-            A rule reward's name: ``format``, ``summary_format``, ``accuracy``, ``language`` or ``overlong``.
+            A rule reward's name (``format``, ``summary_format``, ``accuracy``, ``language``, ``overlong``) or
+            a custom reward's import path.
         language_target (`str`, *optional*, defaults to ``"en"``):
             ``language``'s default target language (a row's ``lang`` still wins).
         overlong_max_length (`int`, *optional*):
@@ -416,7 +423,8 @@ def get_reward(name: str, *, language_target: str = "en", overlong_max_length: i
 
     Raises:
         ValueError: a reward model's name (stage 4 builds those), an unknown name (the known ones listed),
-            or ``overlong`` without its settings.
+            ``overlong`` without its settings, or an import path whose module cannot be imported, or whose
+            module has no such attribute, or whose attribute is not callable.
 
     Example:
         >>> from stages.training.rewards import format_reward, get_reward
@@ -424,14 +432,44 @@ def get_reward(name: str, *, language_target: str = "en", overlong_max_length: i
         True
         >>> get_reward("overlong", overlong_max_length=10, overlong_buffer=4)(["a"], completion_ids=[[1] * 8])
         [-0.5]
+        >>> get_reward("stages.training.rewards:format_reward") is format_reward
+        True
     """
     if name in MODEL_REWARDS:
         raise ValueError(f"reward {name!r} is a reward model's score: only stage 4's final RL (stage4.rl) loads "
                          "reward models; use the rule rewards elsewhere")
-    if name not in RULE_REWARDS:
-        raise ValueError(f"unknown reward {name!r}; known: {', '.join(REWARD_NAMES)}")
-    return RULE_REWARDS[name](language_target=language_target, overlong_max_length=overlong_max_length,
-                              overlong_buffer=overlong_buffer)
+    if name in RULE_REWARDS:
+        return RULE_REWARDS[name](language_target=language_target, overlong_max_length=overlong_max_length,
+                                  overlong_buffer=overlong_buffer)
+    if "." in name:
+        return _import_reward(name)
+    raise ValueError(f"unknown reward {name!r}; known: {', '.join(REWARD_NAMES)} "
+                     "(or a custom reward's import path, package.module:function)")
+
+
+def _import_reward(name: str) -> Callable[..., list[float | None]]:
+    """The function that ``package.module:function`` or ``package.module.function`` names."""
+    module_name, colon, attr = name.partition(":")
+    if not colon:
+        module_name, _, attr = name.rpartition(".")
+    if not module_name or not attr:
+        raise ValueError(f"reward {name!r}: an import path is package.module:function or package.module.function")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        missing = e.name or ""
+        if module_name == missing or module_name.startswith(missing + "."):
+            raise ValueError(f"reward {name!r}: module {module_name!r} not found (is it on sys.path?)") from e
+        raise ValueError(f"reward {name!r}: importing module {module_name!r} failed: {e}") from e
+    except Exception as e:  # the module's own code failed: name it, keep its traceback
+        raise ValueError(f"reward {name!r}: importing module {module_name!r} failed: {type(e).__name__}: {e}") from e
+    if not hasattr(module, attr):
+        raise ValueError(f"reward {name!r}: module {module_name!r} has no attribute {attr!r}")
+    func = getattr(module, attr)
+    if not callable(func):
+        raise ValueError(f"reward {name!r}: {module_name}.{attr} is not callable (a {type(func).__name__}); "
+                         "a reward is f(completions, **kwargs) -> list[float | None]")
+    return func
 
 
 # ---------------------------------------------------------------------------------------------
