@@ -198,6 +198,41 @@ def test_a_custom_reward_that_cannot_be_imported_is_a_clear_error(path, error):
         get_reward(path)
 
 
+@pytest.mark.parametrize("name", ["acuracy", "Format", "summary-format", "helpfullness", ""])
+def test_a_misspelt_name_is_never_a_reward(name):
+    """Only a name with a dot is taken for an import path: a misspelt rule (or reward model) name is an
+    error that lists the known names, never some reward."""
+    with pytest.raises(ValueError, match=re.escape(f"unknown reward {name!r}; known: format, summary_format, "
+                                                   "accuracy, language, overlong, helpfulness, harmlessness")):
+        get_reward(name)
+
+
+def test_the_rl_trainer_builds_and_logs_a_custom_reward_under_its_recipe_key(tmp_path):
+    """stages/training/grpo.py: reward_functions passes a dotted name through to get_reward; the recorder
+    wraps the reward under that name, which TRL logs as rewards/<name>/mean and MetricsCallback reads back."""
+    import json
+    from types import SimpleNamespace
+
+    from trl.trainer.utils import get_callable_name
+
+    from stages.training.grpo import MetricsCallback, RolloutRecorder, reward_functions
+    from tests.custom_reward import length_reward
+
+    path = "tests.custom_reward:length_reward"
+    cfg = SimpleNamespace(rewards={"format": 1.0, path: 0.5}, language_target="en", overlong_max_length=None,
+                          max_completion_length=16, overlong_buffer=0)
+    names, funcs, weights = reward_functions(cfg)
+    assert (names, weights) == (["format", path], [1.0, 0.5]) and funcs == [format_reward, length_reward]
+    recorder = RolloutRecorder(tmp_path, names, sample_every=1000, samples_per_step=0)
+    wrapped = [recorder.wrap(n, f) for n, f in zip(names, funcs, strict=True)]
+    assert [get_callable_name(f) for f in wrapped] == names  # TRL's reward_func_names
+    assert [f([GOOD]) for f in wrapped] == [[1.0], [float(len(GOOD))]]
+    callback = MetricsCallback(tmp_path / "metrics.jsonl", names)
+    logs = {"loss": 0.1, "rewards/format/mean": 1.0, f"rewards/{path}/mean": 64.0}
+    callback.on_log(None, SimpleNamespace(is_world_process_zero=True, global_step=1), None, logs=logs)
+    row = json.loads((tmp_path / "metrics.jsonl").read_text())
+    assert row["rewards"] == {"format": 1.0, path: 64.0}
+
 def test_the_recipe_checks_names_against_the_registry():
     """One registry: every name the recipe accepts is built by rewards.py (rules) or by stage 4 (reward
     models), and a name the registry lacks is refused, with the known ones listed."""
