@@ -1,6 +1,7 @@
 """Reward functions: tables of (completion, columns, expected) on plain and chat completions."""
 
 import functools
+import re
 
 import pytest
 
@@ -167,6 +168,71 @@ def test_registry():
         get_reward("neural")
 
 
+
+@pytest.mark.parametrize("path", ["tests.custom_reward:length_reward", "tests.custom_reward.length_reward"])
+def test_a_custom_reward_by_its_import_path(path):
+    """A name with a dot that is no rule reward is package.module:function or package.module.function:
+    that function, as it is, is the reward (as trl/scripts/grpo.py takes dotted reward_funcs)."""
+    from tests.custom_reward import length_reward
+
+    f = get_reward(path, language_target="zh", overlong_max_length=4, overlong_buffer=2)
+    assert f is length_reward
+    assert f(["abc", chat("hello")], prompts=["p", "q"], completion_ids=[[1], [2]]) == [3.0, 5.0]
+
+
+@pytest.mark.parametrize("path, error", [
+    ("tests.no_such_module:length_reward", "reward 'tests.no_such_module:length_reward': module "
+                                           "'tests.no_such_module' not found"),
+    ("no_such_package.rewards.length_reward", "module 'no_such_package.rewards' not found"),
+    ("tests.custom_reward:no_such_reward", "reward 'tests.custom_reward:no_such_reward': module "
+                                           "'tests.custom_reward' has no attribute 'no_such_reward'"),
+    ("tests.custom_reward.no_such_reward", "module 'tests.custom_reward' has no attribute 'no_such_reward'"),
+    ("tests.custom_reward:NOT_A_REWARD", "reward 'tests.custom_reward:NOT_A_REWARD': "
+                                         "tests.custom_reward.NOT_A_REWARD is not callable"),
+    ("tests.custom_reward_broken:length_reward", "importing module 'tests.custom_reward_broken' failed: "
+                                                 "No module named 'no_such_dependency_of_a_reward'"),
+    ("tests.custom_reward:", "an import path is package.module:function"),
+])
+def test_a_custom_reward_that_cannot_be_imported_is_a_clear_error(path, error):
+    with pytest.raises(ValueError, match=re.escape(error)):
+        get_reward(path)
+
+
+@pytest.mark.parametrize("name", ["acuracy", "Format", "summary-format", "helpfullness", ""])
+def test_a_misspelt_name_is_never_a_reward(name):
+    """Only a name with a dot is taken for an import path: a misspelt rule (or reward model) name is an
+    error that lists the known names, never some reward."""
+    with pytest.raises(ValueError, match=re.escape(f"unknown reward {name!r}; known: format, summary_format, "
+                                                   "accuracy, language, overlong, helpfulness, harmlessness")):
+        get_reward(name)
+
+
+def test_the_rl_trainer_builds_and_logs_a_custom_reward_under_its_recipe_key(tmp_path):
+    """stages/training/grpo.py: reward_functions passes a dotted name through to get_reward; the recorder
+    wraps the reward under that name, which TRL logs as rewards/<name>/mean and MetricsCallback reads back."""
+    import json
+    from types import SimpleNamespace
+
+    from trl.trainer.utils import get_callable_name
+
+    from stages.training.grpo import MetricsCallback, RolloutRecorder, reward_functions
+    from tests.custom_reward import length_reward
+
+    path = "tests.custom_reward:length_reward"
+    cfg = SimpleNamespace(rewards={"format": 1.0, path: 0.5}, language_target="en", overlong_max_length=None,
+                          max_completion_length=16, overlong_buffer=0)
+    names, funcs, weights = reward_functions(cfg)
+    assert (names, weights) == (["format", path], [1.0, 0.5]) and funcs == [format_reward, length_reward]
+    recorder = RolloutRecorder(tmp_path, names, sample_every=1000, samples_per_step=0)
+    wrapped = [recorder.wrap(n, f) for n, f in zip(names, funcs, strict=True)]
+    assert [get_callable_name(f) for f in wrapped] == names  # TRL's reward_func_names
+    assert [f([GOOD]) for f in wrapped] == [[1.0], [float(len(GOOD))]]
+    callback = MetricsCallback(tmp_path / "metrics.jsonl", names)
+    logs = {"loss": 0.1, "rewards/format/mean": 1.0, f"rewards/{path}/mean": 64.0}
+    callback.on_log(None, SimpleNamespace(is_world_process_zero=True, global_step=1), None, logs=logs)
+    row = json.loads((tmp_path / "metrics.jsonl").read_text())
+    assert row["rewards"] == {"format": 1.0, path: 64.0}
+
 def test_the_recipe_checks_names_against_the_registry():
     """One registry: every name the recipe accepts is built by rewards.py (rules) or by stage 4 (reward
     models), and a name the registry lacks is refused, with the known ones listed."""
@@ -227,3 +293,21 @@ def test_stage4_rewards_route_each_row_to_its_own():
     assert seen["helpfulness"] == [("Say hello to Anna.", "Hello, Anna!")]  # the summary, not the think block
     assert seen["harmlessness"] == [("Say hello to Anna.", general[0]["content"]),  # the whole response
                                     ("How do I steal a car?", "I can't help with that.")]
+
+
+DOCUMENTED = ("format_reward", "summary_format_reward", "accuracy_reward", "language_consistency_reward",
+              "make_language_reward", "make_overlong_penalty", "make_reward_model_reward", "for_task", "get_reward")
+
+
+def test_docstring_examples():
+    """Every reward and factory has TRL's doc form (summary, Args, Returns, Example), and every example
+    is true: the module's doctests run and pass."""
+    import doctest
+
+    for name in DOCUMENTED:
+        doc = getattr(R, name).__doc__
+        assert all(part in doc for part in ("Args:", "Returns:", "Example:", ">>> ")), name
+        assert ">>> from stages.training.rewards import" in doc, name
+    results = doctest.testmod(R, optionflags=doctest.ELLIPSIS)
+    assert results.attempted > 0
+    assert results.failed == 0

@@ -3,41 +3,21 @@
     f(completions, **dataset_columns) -> list[float | None]     (one value per completion)
 
 ``completions`` are strings (plain-text prompts, stage 1) or ``[{"role": "assistant", "content": …}]``
-(chat prompts, later stages). Dataset columns arrive as lists, one entry per completion (TRL
-repeats each row ``num_generations`` times); TRL also passes ``prompts``, ``completion_ids``,
-``trainer_state``, ``log_extra`` and ``log_metric``, which these functions accept and mostly ignore.
-``None`` means "does not apply": TRL leaves it out of that function's mean and of the baseline
-when every function returns None for a completion.
-
-- :func:`format_reward`:   1.0 for ``<think>…</think> <answer>…</answer>`` and nothing else, both with
-  content (a blank think block, a blank answer or an empty ``\\boxed{}`` earn 0.0), else 0.0.
-- :func:`summary_format_reward`: 1.0 for the readable pattern of stages 2-4, one non-blank
-  ``<think>…</think>`` then a summary that boxes a non-empty final answer
-  (``data.templates.is_readable_response``), else 0.0.
-- :func:`accuracy_reward`: routed per row by the ``verifier`` column. ``math`` (default): 1.0/0.0 from
-  ``eval.verify.grade_batch`` (the evaluation's own grader and answer policy, so training and
-  evaluation cannot drift apart: echoed arithmetic, prose around a number and split digits earn 0;
-  ``tests/test_reward_hacking.py``); None when the gold itself cannot be parsed. ``code``: the fraction of the row's ``tests``
-  that the code in the answer region passes in ``eval.sandbox``; None on a sandbox failure.
-  Both "None" cases are counted in :data:`STATS` (and logged through ``log_metric``), never
-  silently scored as wrong.
-- :func:`language_consistency_reward`: DeepSeek-R1's language-consistency reward, the proportion of
-  target-language words in the chain of thought; target = the row's ``lang``, else ``target``.
-- :func:`make_overlong_penalty`: DAPO's soft overlong punishment on ``completion_ids`` lengths (TRL's
-  ``get_soft_overlong_punishment``, called as the other rewards are).
-- :func:`make_reward_model_reward`: a reward model's score (stage 4's helpfulness, on the summary after
-  ``</think>``; harmlessness, on the whole response).
-- :func:`for_task`: routes a reward to the rows of one ``task`` (``reasoning`` or ``general``) and
-  answers None for the others, so stage 4 scores each row with its own rewards.
+(chat prompts, later stages). Dataset columns arrive as lists, one entry per completion (TRL repeats each
+row ``num_generations`` times), beside TRL's ``prompts``, ``completion_ids``, ``trainer_state``,
+``log_extra`` and ``log_metric``; these functions accept them all and mostly ignore them. ``None`` means
+"does not apply": TRL leaves it out of that function's mean, and out of the baseline when every function
+returns None for a completion.
 
 The registry (:data:`RULE_REWARDS`, :data:`MODEL_REWARDS`, :data:`REWARD_NAMES`) names what a recipe's
-``rewards`` may weight; ``stages/pipeline/recipe.py`` checks names against it, :func:`get_reward` builds one.
+``rewards`` may weight; :func:`get_reward` builds one, or imports a custom reward by its dotted path.
 """
 
 from __future__ import annotations
 
 import collections
 import functools
+import importlib
 import json
 import logging
 import os
@@ -91,12 +71,49 @@ def _column(kwargs: dict, name: str, n: int, default=None) -> list:
 
 
 def format_reward(completions: Sequence, **kwargs) -> list[float]:
-    """1.0 when the completion is exactly one non-blank think block then one answer block with content."""
+    r"""Reward for DeepSeek-R1-Zero's format: one non-blank think block, then one answer block with content.
+
+    1.0 for ``<think>…</think> <answer>…</answer>`` and nothing else around them, else 0.0. A blank think
+    block, a blank answer or an empty ``\boxed{}`` earn 0.0 (``data.templates.is_well_formed``).
+
+    Args:
+        completions (`Sequence[str | list[dict]]`):
+            The completions: strings, or lists of messages whose ``"content"`` holds the text.
+        **kwargs:
+            The dataset columns and TRL's extras. Not used; accepted for [`GRPOTrainer`]'s calling convention.
+
+    Returns:
+        `list[float]`: 1.0 or 0.0 per completion.
+
+    Example:
+        >>> from stages.training.rewards import format_reward
+        >>> format_reward(["<think> 2+2=4 </think> <answer> 4 </answer>", "The answer is 4."])
+        [1.0, 0.0]
+    """
     return [1.0 if is_well_formed(completion_text(c)) else 0.0 for c in completions]
 
 
 def summary_format_reward(completions: Sequence, **kwargs) -> list[float]:
-    """1.0 when the completion is one non-blank think block then a summary with a non-empty boxed answer."""
+    r"""Reward for the readable format of stages 2-4: one non-blank think block, then a summary with a boxed answer.
+
+    1.0 when the completion is exactly one non-blank ``<think>…</think>`` followed by a summary that boxes a
+    non-empty final answer and holds no other tags (``data.templates.is_readable_response``), else 0.0.
+
+    Args:
+        completions (`Sequence[str | list[dict]]`):
+            The completions: strings, or lists of messages whose ``"content"`` holds the text.
+        **kwargs:
+            The dataset columns and TRL's extras. Not used; accepted for [`GRPOTrainer`]'s calling convention.
+
+    Returns:
+        `list[float]`: 1.0 or 0.0 per completion.
+
+    Example:
+        >>> from stages.training.rewards import summary_format_reward
+        >>> summary_format_reward([[{"role": "assistant", "content": r"<think> 2+2=4 </think> It is \boxed{4}."}],
+        ...                        [{"role": "assistant", "content": "<think> 2+2=4 </think> It is 4."}]])
+        [1.0, 0.0]
+    """
     return [1.0 if is_readable_response(completion_text(c)) else 0.0 for c in completions]
 
 
@@ -181,13 +198,36 @@ def _code_rewards(texts: list[str], tests: list, test_imports: list) -> list[flo
 
 
 def accuracy_reward(completions: Sequence, answer: Sequence[str] | None = None, **kwargs) -> list[float | None]:
-    """Correctness, routed per row by the ``verifier`` column (``math`` when absent).
+    r"""Reward for correctness, routed per row by the ``verifier`` column (``math`` when absent).
 
-    math: 1.0/0.0 against ``answer``; None when that gold cannot be parsed. The row's ``problem``
-    column, when there is one, is the question for the grader's echo rule.
-    code: fraction of ``tests`` passed by the code in the answer region (the row's ``test_imports``,
-    when it has them, are the tests' declared imports); None on a sandbox error or when the row has
-    no tests.
+    ``math``: 1.0/0.0 from ``eval.verify.grade_batch``, the evaluation's own grader and answer policy, so
+    training and evaluation cannot drift apart (echoed arithmetic, prose around a number and split digits
+    earn 0; ``tests/test_reward_hacking.py``); None when the gold itself cannot be parsed. ``code``: the
+    fraction of the row's ``tests`` that the code in the answer region (:func:`extract_code`) passes in
+    ``eval.sandbox``; None on a sandbox error or when the row has no tests. Both None cases are counted
+    in :data:`STATS` (and logged through ``log_metric``), never silently scored as wrong.
+
+    Args:
+        completions (`Sequence[str | list[dict]]`):
+            The completions: strings, or lists of messages whose ``"content"`` holds the text.
+        answer (`Sequence[str]`, *optional*):
+            The gold final answer of each row; required for the ``math`` rows.
+        **kwargs:
+            The dataset columns ``verifier`` (``math`` or ``code``), ``problem`` (the question, for the
+            grader's echo rule), ``tests`` and ``test_imports`` (a code row's asserts and their declared
+            imports: lists, or JSON strings holding one), and TRL's ``log_metric``; the rest is ignored.
+
+    Returns:
+        `list[float | None]`: per completion, 1.0/0.0 (math) or the fraction of tests passed (code), or None.
+
+    Raises:
+        ValueError: an unknown verifier, or a math row without an ``answer``.
+
+    Example:
+        >>> from stages.training.rewards import accuracy_reward
+        >>> accuracy_reward([r"<think> 2+2=4 </think> <answer> \boxed{4} </answer>",
+        ...                  "<think> 2+2=5 </think> <answer> 5 </answer>"], answer=["4", "4"])
+        [1.0, 0.0]
     """
     n = len(completions)
     texts = [completion_text(c) for c in completions]
@@ -230,12 +270,29 @@ def accuracy_reward(completions: Sequence, answer: Sequence[str] | None = None, 
 
 def language_consistency_reward(completions: Sequence, lang: Sequence[str | None] | None = None,
                                 target: str = "en", **kwargs) -> list[float | None]:
-    """Proportion of target-language words in the chain of thought (DeepSeek-R1, section 2.3.3).
+    r"""Reward for language consistency: the proportion of target-language words in the chain of thought.
 
-    Target: the row's ``lang`` column, else ``target`` (bind another default with
-    ``functools.partial(language_consistency_reward, target="zh")`` or :func:`make_language_reward`).
-    No think block: 0.0. A think block with no words at all (only digits and symbols): None, since
-    the proportion is undefined there.
+    DeepSeek-R1's language-consistency reward (section 2.3.3), on the text of the first think block
+    (``eval.language.language_fraction``). No think block: 0.0. A think block with no words at all (only
+    digits and symbols): None, since the proportion is undefined there.
+
+    Args:
+        completions (`Sequence[str | list[dict]]`):
+            The completions: strings, or lists of messages whose ``"content"`` holds the text.
+        lang (`Sequence[str | None]`, *optional*):
+            The target language of each row (e.g. ``"en"``, ``"zh"``); a row without one uses ``target``.
+        target (`str`, *optional*, defaults to ``"en"``):
+            The default target (bind another with :func:`make_language_reward`).
+        **kwargs:
+            The dataset columns and TRL's extras. Not used; accepted for [`GRPOTrainer`]'s calling convention.
+
+    Returns:
+        `list[float | None]`: per completion, the target language's share of the words in the think block.
+
+    Example:
+        >>> from stages.training.rewards import language_consistency_reward
+        >>> language_consistency_reward(["<think> two plus two </think> 4", "<think> 二加二 </think> 4", "4"])
+        [1.0, 0.0, 0.0]
     """
     n = len(completions)
     langs = [None] * n if lang is None else list(lang)
@@ -247,7 +304,21 @@ def language_consistency_reward(completions: Sequence, lang: Sequence[str | None
 
 
 def make_language_reward(target: str = "en") -> Callable[..., list[float | None]]:
-    """The language-consistency reward with another default target (a row's ``lang`` still wins)."""
+    r"""Factory of :func:`language_consistency_reward` with another default target language.
+
+    Args:
+        target (`str`, *optional*, defaults to ``"en"``):
+            The target language for rows without a ``lang`` column (a row's ``lang`` still wins).
+
+    Returns:
+        `Callable[..., list[float | None]]`: the reward function (a ``functools.partial``).
+
+    Example:
+        >>> from stages.training.rewards import make_language_reward
+        >>> chinese = make_language_reward("zh")
+        >>> chinese(["<think> 二加二 </think> 4", "<think> 二加二 </think> 4"], lang=[None, "en"])
+        [1.0, 0.0]
+    """
     return functools.partial(language_consistency_reward, target=target)
 
 
@@ -257,10 +328,31 @@ def make_language_reward(target: str = "en") -> Callable[..., list[float | None]
 
 
 def make_overlong_penalty(max_length: int, buffer: int) -> Callable[..., list[float]]:
-    """DAPO's soft overlong punishment (its Eq. 13), on token counts of ``completion_ids``:
-    0 up to ``max_length - buffer`` tokens, then linear down to -1 at ``max_length``, -1 beyond.
-    TRL's ``get_soft_overlong_punishment`` computes it; this refuses a buffer of 0 (TRL's hard cut-off)
-    and takes the completions first, as the recorder and :func:`for_task` call every reward."""
+    r"""Factory of DAPO's soft overlong punishment (its Eq. 13), on the token counts of ``completion_ids``.
+
+    0 up to ``max_length - buffer`` tokens, then linear down to -1 at ``max_length``, -1 beyond. TRL's
+    ``get_soft_overlong_punishment`` computes it; this refuses a buffer of 0 (TRL's hard cut-off) and takes
+    the completions first, as the recorder and :func:`for_task` call every reward. The reward raises a
+    ValueError when called without ``completion_ids`` (TRL always passes them).
+
+    Args:
+        max_length (`int`):
+            The completion length, in tokens, that earns -1 (the RL section's ``max_completion_length``).
+        buffer (`int`):
+            The length of the linear ramp before ``max_length``; ``0 < buffer <= max_length``.
+
+    Returns:
+        `Callable[..., list[float]]`: ``overlong_penalty(completions, completion_ids, **kwargs)``.
+
+    Raises:
+        ValueError: ``buffer`` out of range.
+
+    Example:
+        >>> from stages.training.rewards import make_overlong_penalty
+        >>> penalty = make_overlong_penalty(max_length=10, buffer=4)
+        >>> penalty(["a", "b", "c"], completion_ids=[[1] * 6, [1] * 8, [1] * 12])
+        [0.0, -0.5, -1.0]
+    """
     if not 0 < buffer <= max_length:
         raise ValueError(f"overlong penalty: need 0 < buffer <= max_length, got {buffer}, {max_length}")
     from trl.rewards import get_soft_overlong_punishment
@@ -307,14 +399,77 @@ def _overlong(max_length: int | None, buffer: int):
 
 def get_reward(name: str, *, language_target: str = "en", overlong_max_length: int | None = None,
                overlong_buffer: int = 0) -> Callable[..., list[float | None]]:
-    """The rule reward a recipe names (see :data:`RULE_REWARDS`)."""
+    r"""The reward function a recipe names: a rule reward of :data:`RULE_REWARDS`, or a custom one by import path.
+
+    A name that is not a rule reward and contains a ``.`` is a custom reward's import path,
+    ``package.module:function`` or ``package.module.function`` (as TRL's ``trl/scripts/grpo.py`` takes
+    dotted ``reward_funcs``): the module is imported and the function is the reward itself, in TRL's form
+    ``f(completions, **kwargs) -> list[float | None]`` (called with the completions first). The module must
+    be importable (on ``sys.path``) in every training process. The settings below apply to rule rewards.
+
+    Args:
+        name (`str`):
+            A rule reward's name (``format``, ``summary_format``, ``accuracy``, ``language``, ``overlong``) or
+            a custom reward's import path.
+        language_target (`str`, *optional*, defaults to ``"en"``):
+            ``language``'s default target language (a row's ``lang`` still wins).
+        overlong_max_length (`int`, *optional*):
+            ``overlong``'s ``max_length``; required for it.
+        overlong_buffer (`int`, *optional*, defaults to ``0``):
+            ``overlong``'s ``buffer``; ``0 < overlong_buffer <= overlong_max_length`` for it.
+
+    Returns:
+        `Callable[..., list[float | None]]`: the reward function.
+
+    Raises:
+        ValueError: a reward model's name (stage 4 builds those), an unknown name (the known ones listed),
+            ``overlong`` without its settings, or an import path whose module cannot be imported, or whose
+            module has no such attribute, or whose attribute is not callable.
+
+    Example:
+        >>> from stages.training.rewards import format_reward, get_reward
+        >>> get_reward("format") is format_reward
+        True
+        >>> get_reward("overlong", overlong_max_length=10, overlong_buffer=4)(["a"], completion_ids=[[1] * 8])
+        [-0.5]
+        >>> get_reward("stages.training.rewards:format_reward") is format_reward
+        True
+    """
     if name in MODEL_REWARDS:
         raise ValueError(f"reward {name!r} is a reward model's score: only stage 4's final RL (stage4.rl) loads "
                          "reward models; use the rule rewards elsewhere")
-    if name not in RULE_REWARDS:
-        raise ValueError(f"unknown reward {name!r}; known: {', '.join(REWARD_NAMES)}")
-    return RULE_REWARDS[name](language_target=language_target, overlong_max_length=overlong_max_length,
-                              overlong_buffer=overlong_buffer)
+    if name in RULE_REWARDS:
+        return RULE_REWARDS[name](language_target=language_target, overlong_max_length=overlong_max_length,
+                                  overlong_buffer=overlong_buffer)
+    if "." in name:
+        return _import_reward(name)
+    raise ValueError(f"unknown reward {name!r}; known: {', '.join(REWARD_NAMES)} "
+                     "(or a custom reward's import path, package.module:function)")
+
+
+def _import_reward(name: str) -> Callable[..., list[float | None]]:
+    """The function that ``package.module:function`` or ``package.module.function`` names."""
+    module_name, colon, attr = name.partition(":")
+    if not colon:
+        module_name, _, attr = name.rpartition(".")
+    if not module_name or not attr:
+        raise ValueError(f"reward {name!r}: an import path is package.module:function or package.module.function")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        missing = e.name or ""
+        if module_name == missing or module_name.startswith(missing + "."):
+            raise ValueError(f"reward {name!r}: module {module_name!r} not found (is it on sys.path?)") from e
+        raise ValueError(f"reward {name!r}: importing module {module_name!r} failed: {e}") from e
+    except Exception as e:  # the module's own code failed: name it, keep its traceback
+        raise ValueError(f"reward {name!r}: importing module {module_name!r} failed: {type(e).__name__}: {e}") from e
+    if not hasattr(module, attr):
+        raise ValueError(f"reward {name!r}: module {module_name!r} has no attribute {attr!r}")
+    func = getattr(module, attr)
+    if not callable(func):
+        raise ValueError(f"reward {name!r}: {module_name}.{attr} is not callable (a {type(func).__name__}); "
+                         "a reward is f(completions, **kwargs) -> list[float | None]")
+    return func
 
 
 # ---------------------------------------------------------------------------------------------
@@ -332,9 +487,30 @@ def prompt_text(prompt) -> str:
 
 def make_reward_model_reward(score: Callable[[list[str], list[str]], list[float]], *, part: str,
                              name: str) -> Callable[..., list[float]]:
-    """A reward function from a scorer ``score(user_texts, responses) -> scores``. ``part``: ``summary``
-    scores the text after ``</think>`` (DeepSeek-R1's helpfulness reward: "focusing exclusively on the
-    final summary"), ``whole`` the entire response (its harmlessness reward)."""
+    r"""Factory of a reward function from a reward model's scorer (stage 4's helpfulness and harmlessness).
+
+    Args:
+        score (`Callable[[list[str], list[str]], list[float]]`):
+            ``score(user_texts, responses) -> scores``: the reward model, given each prompt's last user turn.
+        part (`str`):
+            ``summary`` scores the text after ``</think>`` (DeepSeek-R1's helpfulness reward: "focusing
+            exclusively on the final summary"), ``whole`` the entire response (its harmlessness reward).
+        name (`str`):
+            The reward function's ``__name__`` (TRL logs it as ``rewards/<name>/mean``).
+
+    Returns:
+        `Callable[..., list[float]]`: ``reward(completions, prompts=None, **kwargs)``.
+
+    Raises:
+        ValueError: ``part`` is neither ``summary`` nor ``whole``.
+
+    Example:
+        >>> from stages.training.rewards import make_reward_model_reward
+        >>> length = make_reward_model_reward(lambda users, texts: [float(len(t)) for t in texts],
+        ...                                   part="summary", name="helpfulness")
+        >>> length(["<think> hm </think> Hello!"], prompts=["Say hello."])
+        [6.0]
+    """
     from data.templates import summary_of
 
     if part not in ("summary", "whole"):
@@ -352,8 +528,26 @@ def make_reward_model_reward(score: Callable[[list[str], list[str]], list[float]
 
 
 def for_task(task: str | tuple[str, ...], func: Callable[..., list]) -> Callable[..., list]:
-    """``func`` applied to the rows whose ``task`` column is ``task`` (or one of them; rows without one
-    are ``reasoning``); None for every other row. Column lists are subset to those rows."""
+    r"""Wraps a reward so that it scores only the rows of one ``task``, and answers None for the others.
+
+    Stage 4 scores each row with its own rewards: the rule rewards on ``reasoning`` rows, the reward models
+    on ``general`` ones. Column lists are subset to the rows that ``func`` scores.
+
+    Args:
+        task (`str` or `tuple[str, ...]`):
+            The ``task`` column value(s) whose rows ``func`` scores; a row without one is ``reasoning``.
+        func (`Callable[..., list]`):
+            The reward function, called with the completions first.
+
+    Returns:
+        `Callable[..., list]`: the routed reward, under ``func``'s ``__name__``.
+
+    Example:
+        >>> from stages.training.rewards import for_task, format_reward
+        >>> routed = for_task("reasoning", format_reward)
+        >>> routed(["<think> a </think> <answer> 1 </answer>"] * 2, task=["reasoning", "general"])
+        [1.0, None]
+    """
     tasks_wanted = (task,) if isinstance(task, str) else tuple(task)
 
     def routed(completions: Sequence, **kwargs) -> list:
