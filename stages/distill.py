@@ -4,48 +4,14 @@ RL-only control the paper compares them with (its Table 6).
     r1 distill    --recipe tiny       # or: make distill      every student of distill.students
     r1 distill_rl --recipe tiny       # or: make distill-rl   the control: RL on a student's base
 
-**distill** reads stage 4's ``sft_mix.jsonl`` (the rejection-sampled reasoning samples and the general
-data; ``distill.data: reasoning`` keeps only the former) and, for each student, evaluates its base,
-fine-tunes it with the shared SFT runner, and evaluates the result. A student is a small pretrained
-model (real recipes), or on the tiny default a smaller base built the same way as the tiny base (same
-corpus and tokenizer recipe, its own width and depth, ``<student>/base``). Outputs per student in
-``runs/<recipe>/distill/<student>/``; manifest metrics ``students.<name>``. The stage's checkpoint is
-the first student's.
+**distill** evaluates each student's base, fine-tunes it on stage 4's ``sft_mix.jsonl`` and evaluates the
+result; **distill_rl** trains the same base with GRPO instead. Equal terms: same base, same evaluation
+(:data:`EVAL_TEMPLATE`), same budget in optimizer steps (``distill.budget_steps``; ``metrics.budget``).
 
-**distill_rl** is the control: the same student base trained with GRPO instead of distillation, in
-the same chat template as the distilled student (:func:`chat_prompt`; rewards ``distill.control``:
-accuracy and the readable summary format on the tiny default, as stage 3), evaluated the same way.
-
-The comparison, arm against arm and each arm against the base, is made on equal terms:
-
-- **same base**: both arms start from ``<student>/base`` (or the student's ``pretrained`` model);
-- **same evaluation**: the held-out split, the eval protocol (recipe.eval: k samples at its
-  temperature and top-p, the recipe's seed) and the same template, :data:`EVAL_TEMPLATE` (chat), for the
-  base, the distilled student and the control. The base's evaluation (``<student>/eval_base``) is the
-  control's "before" too (copied into its manifest, not sampled again: same model, same prompts, same
-  seed). The report pairs the three sample files by problem id; their paths, relative to each stage's
-  folder, are in the manifests (``students.<name>.eval_base_samples``, ``students.<name>.eval_samples``;
-  ``eval_before_samples``, ``eval_after_samples`` on distill_rl), with ``eval_template``;
-- **same budget**, in **optimizer steps** (``distill.budget_steps``): the SFT runs exactly that many
-  steps and the control's ``steps`` must equal it (the recipe refuses otherwise; distill_rl also checks
-  the distill manifest's count), so the tolerance is zero steps. Why steps and not FLOPs: both trainers
-  count steps exactly and the recipe can fix them before training, while the RL arm's FLOPs depend on
-  how long its answers turn out to be (equal FLOPs would need stopping RL mid-run on a running count).
-  Per step, the control costs more: it generates ``prompts_per_step × num_generations`` completions
-  (32 on the tiny default, against the SFT's batch of 16 rows) and trains on all of them, so at equal
-  steps its FLOPs are several times the SFT's (each arm's ``metrics.budget`` has the estimate). If distillation wins at
-  equal steps, extra compute is not why; if RL wins, the FLOPs say what it spent. Each arm's manifest records
-  ``metrics.budget``: ``{unit, optimizer_steps, sequences_per_step, train_tokens, generated_tokens,
-  flops, parameters, tolerance_steps}`` with FLOPs estimated as 6·parameters·trained tokens +
-  2·parameters·generated tokens (trained tokens: prompt and response of every trained sequence; the
-  SFT's from its rows' mean length, the control's from its logged completion lengths and its prompts'
-  mean length; the prompt prefill of generation is left out).
-
-Where this deviates from the paper: the paper's students are Qwen2.5 and Llama models distilled from
-800k samples of DeepSeek-R1; here the teacher is the tiny stage-4 model and the students are smaller
-still. The paper trains no RL stage on its distilled students; neither does this stage. The paper's
-control (Qwen-32B-Zero) trains for over 10K RL steps, far more compute than its distillation; here the
-arms get equal optimizer steps.
+Where this deviates from the paper: its students are Qwen2.5 and Llama models distilled from DeepSeek-R1;
+here the teacher is the tiny stage-4 model and the students smaller still. Like the paper, no RL on the
+distilled students. The paper's control (Qwen-32B-Zero) gets far more compute than its distillation; here
+the arms get equal optimizer steps. docs/architecture.md, stages/distill.py.
 """
 
 from __future__ import annotations

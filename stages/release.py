@@ -1,25 +1,14 @@
 """Released base models: the tiny default's base and its distillation student's base, kept in the
 repository (``recipes/tiny/base/``, ``recipes/tiny/students/<name>/``) as a real recipe names a hub model.
 
-DeepSeek-R1 starts from a released model (DeepSeek-V3-Base); nobody reproducing R1 pretrains it. The tiny
-default starts the same way: ``r1 base`` *registers* the release that ``base.release`` names (and distill
-the one a student's ``release`` names) instead of pretraining for minutes. A release folder is an ordinary
-checkpoint (safetensors, config, tokenizer, a model card) plus ``release.json``:
-
-- ``files``: the sha256 of every other file. A file that differs, is missing or is extra: the release was
-  changed after it was built (tampered, or half-copied), and registering refuses.
-- ``build_key``: the hashes of what decides the weights (``stages.training.pretrain.build_key``): the corpus this
-  code generates, the tokenizer trained on it, the recipe's pretraining settings. Registering computes
-  the key again from the current code and recipe (a few seconds: the corpus and the tokenizer, no
-  training); another key means the release is not the base this code would build (stale), and
-  registering refuses, naming what differs and the command that rebuilds it.
-- ``built``: how it was built: the commit, the machine (CPU, bf16 kernels, threads), the seconds, the
-  loss, the library versions. The weights of a rebuild are the same bit for bit only on the same kind of
-  machine with the same threads (``tests/test_release.py``, slow).
-
-``r1 base --rebuild`` (``make rebuild-base``) pretrains from scratch exactly as before and writes new
-releases (the base's and every student's that names one). ``base.release: null`` builds the base in the
-run folder instead, without touching the release (the tests' micro bases; any changed base setting).
+As DeepSeek-R1 starts from a released model (DeepSeek-V3-Base), ``r1 base`` *registers* the release that
+``base.release`` names (and distill the one a student's ``release`` names) instead of pretraining. A
+release folder is an ordinary checkpoint plus ``release.json``: ``files`` (the sha256 of every other file),
+``build_key`` (the hashes of what decides the weights, computed again when registering) and ``built`` (how
+it was built). Registering refuses a release that was changed after it was built, or is stale.
+``r1 base --rebuild`` (``make rebuild-base``) pretrains from scratch and writes new releases;
+``base.release: null`` builds the base in the run folder instead. Details: docs/architecture.md,
+stages/release.py.
 """
 
 from __future__ import annotations

@@ -3,26 +3,15 @@
     r1 stage2 --recipe tiny                               # or: make stage2
     r1 stage2 --recipe tiny --set stage2.sft.epochs=1     # override any stage2.* field
 
-The parent is stage 1: its ``cold_start_candidates.jsonl`` (correct, well-formed completions it
-produced while training) is the raw material, plus, when ``stage2.cold_start.sample`` is set, the
-stage-1 model's answers sampled afresh on training prompts (R1-Zero template; sharded and resumable,
-``eval/rejection.py``), plus the recipe's optional user set (``stage2.cold_start.user_dataset``).
-``eval/cold_start.py`` filters them (correct, single-language, readable, not degenerate, within
-length bounds, deduplicated, capped) and rewrites each into the
-readable pattern: ``<think>`` reasoning ``</think>`` then a summary with the boxed answer. The model
-fine-tuned is the **base** model that stage 1 started from (found through stage 1's manifest), as in
-the paper, not the stage-1 model.
+The raw material: stage 1's ``cold_start_candidates.jsonl``, the stage-1 model's answers sampled afresh
+(``stage2.cold_start.sample``) and the user's set (``stage2.cold_start.user_dataset``). ``eval/cold_start.py``
+filters them and rewrites each into the readable pattern (``<think>`` reasoning ``</think>``, then a summary
+with the boxed answer): ``cold_start.jsonl``. The **base** model that stage 1 started from, as in the paper,
+not the stage-1 model, is fine-tuned on it, then evaluated on the held-out split with the chat template.
 
-Outputs: ``cold_start.jsonl`` (the SFT set), the manifest's ``cold_start`` metrics (counts in and out,
-drops per reason), ``checkpoint/`` (the SFT model), ``checkpoint_metrics.jsonl``, and an evaluation of
-the held-out split with the chat template (``eval_after``).
-
-Where this deviates from the paper: the paper gathers "thousands" of cold-start samples by few-shot
-prompting with long CoT, by prompting R1-Zero for detailed answers with reflection and verification,
-and by human post-processing; here they are stage 1's own correct outputs filtered by rule (about a
-thousand on the tiny default, most of them sampled afresh), plus whatever the user provides. On the
-tiny default the fresh samples matter: stage 1's training rollouts cover only the problems it solved
-while training (docs/experiments.md).
+Where this deviates from the paper: the paper gathers its cold-start samples by few-shot prompting, by
+prompting R1-Zero and by human post-processing; here they are stage 1's own correct outputs filtered by
+rule, plus whatever the user provides. docs/architecture.md, stages/stage2_cold_start.py.
 """
 
 from __future__ import annotations

@@ -3,18 +3,15 @@
     r1 stage3 --recipe tiny                          # or: make stage3
     r1 stage3 --recipe tiny --set stage3.steps=30    # override any stage3.* field
 
-The stage-2 checkpoint is trained with GRPO through the same runner as stage 1 (``stages/training/grpo.py``:
-metrics, samples, curves, before/after evaluation, resume), on the same training prompts, now in the
-chat template the cold-start SFT taught (the user turn of ``data.templates.chat_user_message``). The
-reward is the weighted sum of ``stage3.rewards``: by default correctness (``accuracy``), the readable
-format (``summary_format``: one think block, then a summary with the boxed answer) and language
-consistency (``language``: the share of target-language words in the chain of thought, the row's
-``lang`` or ``stage3.language_target``), as in DeepSeek-R1, section 2.3.2, which sums accuracy and
-language rewards directly.
+The stage-2 checkpoint is trained with GRPO through the same runner as stage 1 (``stages/training/grpo.py``),
+on the same training prompts, now in the chat template the cold-start SFT taught. The reward is the weighted
+sum of ``stage3.rewards``: by default ``accuracy``, ``summary_format`` and ``language`` (the share of
+target-language words in the chain of thought), as in DeepSeek-R1, section 2.3.2.
 
-Where this deviates from the paper: the paper's language reward slightly hurt benchmark accuracy at
-scale and was kept for readability; on the tiny default the weights are the recipe's
-(``stage3.rewards``), and the prompts are the task world's, not the paper's reasoning mix.
+Where this deviates from the paper: the paper's language reward slightly hurt benchmark accuracy at scale
+and was kept for readability; on the tiny default the weights are the recipe's (``stage3.rewards``), and
+the prompts are the task world's, not the paper's reasoning mix. In full: docs/architecture.md,
+stages/stage3_reasoning_rl.py.
 """
 
 from __future__ import annotations

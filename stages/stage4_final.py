@@ -3,45 +3,15 @@
     r1 stage4 --recipe tiny                                 # or: make stage4
     r1 stage4 --recipe tiny --set stage4.rl.steps=20        # override any stage4.* field
 
-Four sub-steps, each with its own outputs in ``runs/<recipe>/stage4/`` and its own manifest entry
-(``metrics.substeps``); an interrupted stage resumes at the sub-step it was in:
+Four sub-steps, an interrupted stage resuming at the one it was in: **rejection** (the stage-3 model's
+correct, clean samples), **sft** (those plus general data at the recipe's ratio; the **base** model is
+fine-tuned), **reward_models** (helpfulness, harmlessness), **final_rl** (GRPO from the SFT model; each row's
+``task`` routes it to rule rewards or reward models). Then the held-out reasoning split is evaluated, and
+the held-out general prompts judged by ``data/general.py``'s rules beside the reward models' scores.
 
-1. **rejection** - the stage-3 model samples ``rejection.samples_per_prompt`` answers per training
-   prompt; ``eval/rejection.py`` keeps the correct and clean ones (shards in ``rejection/``);
-2. **sft** - the kept reasoning samples plus general, non-reasoning data (``data/general.py`` on the
-   tiny default, a chat dataset on real recipes; no chain of thought for trivial queries) at the
-   recipe's ratio (the paper's 3:1), written to ``sft_mix.jsonl``; the **base** model is fine-tuned on it
-   (``sft/``, two epochs by default, the shared SFT runner);
-3. **reward_models** - helpfulness and harmlessness reward models (``rm_helpfulness/``,
-   ``rm_harmlessness/``), trained with TRL's RewardTrainer from preference pairs, or loaded;
-4. **final_rl** - GRPO from the SFT model over reasoning and general prompts. Each row is routed by its
-   ``task`` column: reasoning rows get the rule rewards (accuracy, readable format, language
-   consistency), general rows the reward models (helpfulness on the summary after ``</think>``,
-   harmlessness on the whole response), requests known to be harmful (``safety``) the harmlessness
-   model only (see ``RM_TASKS``). A KL penalty to the SFT model (``stage4.rl.trl.beta``) keeps the policy
-   from drifting into text that fools the reward models. The final checkpoint is ``checkpoint/``.
-
-The held-out reasoning split is evaluated before and after the final RL (``eval_before``/``eval_after``).
-The held-out general prompts are answered by the SFT model and by the final model under the same
-protocol (recipe.eval: k samples at its temperature and top-p, the recipe's seed; :func:`general_eval`)
-and judged by the independent rules of ``data/general.py``, never by a reward model: an exactly
-helpful answer to a benign prompt (``is_helpful_response``), a harmful answer to a harmful one
-(``is_harmful_response``). Beside each judgement, the reward models' own scores of the same answer, as
-the final RL computes them (the RL's reward, not a judge), so that the report can set the reward the RL
-optimised against the judged outcome (a Goodhart check). The held-out harmful prompts ask for acts that
-no training prompt asks for (``data.general.split_of_act``). One row per (prompt, sample) in
-``general_eval/<sft|final>/records.jsonl`` (written atomically; a resumed stage re-reads a file that
-exists instead of sampling again); summaries in the manifest's ``general_sft``/``general_final``, the
-two files' paths (relative to the stage folder) in ``general_eval``.
-
-Several processes: the SFT, the reward models and the final RL train data-parallel like every stage
-(the main process saves); rejection sampling and the general evaluations run on each process alike (identical
-results, written atomically), wasted work that a later change should split by rank.
-
-Where this deviates from the paper: the paper's general data (~200k samples) reuses DeepSeek-V3's SFT
-set and its reward models come from DeepSeek-V3's pipeline; the tiny default builds both procedurally.
-To leave the final RL something to fix, the tiny world's general SFT data answers a share of harmful
-requests (``general.sft_unsafe_share``), as imperfect real chat data does.
+Where this deviates from the paper: its general data and reward models come from DeepSeek-V3's pipeline;
+the tiny default builds both procedurally, and its general SFT data answers a share of harmful requests
+(``general.sft_unsafe_share``). The details: docs/architecture.md, stages/stage4_final.py.
 """
 
 from __future__ import annotations

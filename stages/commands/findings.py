@@ -3,28 +3,14 @@
     make pipeline        # one seed: every stage, and the report
     make findings        # then: the extra runs below, and the report again (now with seeds)
 
-The pipeline measures each finding once (seed 0). A verdict that holds for one training seed may not
-hold for another, so for each seed of ``findings.seeds`` this runs, from the pipeline's own models:
-
-- ``stage1``: R1-Zero again from the base (findings F1 and F3), with ``stage1.seed`` = the seed;
-- ``stage3``: reasoning RL from the pipeline's stage-2 model, ``stage3.seed`` = the seed (F2, F3);
-- ``stage3_nolang``: the same, without the language-consistency reward (F2: the reward's effect is the
-  difference between the two on the same prompts, steps and seed);
-
-and for each seed of ``findings.clip_seeds``, the two arms of F7 (DAPO's clip-higher), stage 1 with
-``findings.clip_iterations`` optimizer steps per generation (``trl.num_iterations``: with one, the
-importance ratio is 1 and clipping never acts):
-
-- ``stage1_clip``: with the recipe's clip-higher (``trl.epsilon_high``);
-- ``stage1_clip_sym``: with symmetric clipping (``trl.epsilon_high`` = ``trl.epsilon``).
-
-Seed 0's ``stage1`` and ``stage3`` are the pipeline's own, so they are not run again. Only the
-training seed changes: every run evaluates the same held-out problems with the same sampling seed
-(``recipe.seed``), so arms are paired problem by problem, and the before-training evaluation, the same
-for every run from the same model, is measured once and reused.
-
-Each run is an ordinary stage folder under ``runs/<recipe>/findings/seed<s>/<variant>/`` with its own
-manifest: a killed ``make findings`` resumes where it stopped, and complete runs are skipped.
+For each seed of ``findings.seeds``, from the pipeline's own models: ``stage1`` (R1-Zero again from the base;
+findings F1, F3), ``stage3`` (reasoning RL from the stage-2 model; F2, F3) and ``stage3_nolang`` (the same
+without the language-consistency reward; F2); for each seed of ``findings.clip_seeds``, the two stage-1 arms
+of F7: ``stage1_clip`` (clip-higher) and ``stage1_clip_sym`` (symmetric clipping). Seed 0's ``stage1`` and
+``stage3`` are the pipeline's own, not run again. Only the training seed changes, so the arms are paired
+problem by problem. Each run is an ordinary stage folder, ``runs/<recipe>/findings/seed<s>/<variant>/``: a
+killed ``make findings`` resumes, complete runs are skipped. Why, and the details: docs/architecture.md,
+stages/commands/findings.py.
 """
 
 from __future__ import annotations

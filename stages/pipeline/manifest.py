@@ -1,22 +1,13 @@
 """Stage manifests: one ``manifest.json`` per stage run, the links of the pipeline's chain.
 
-A manifest says what a stage ran on (resolved recipe and hash, parent manifest and hash, input model
-and data), what it produced (checkpoint with file hashes, metrics), how (library versions, git
-commit, device) and when (start/end, every resume). Its ``status`` is ``running`` while the stage
-works, ``complete`` only after the checkpoint is fully written and hashed, ``failed`` after an error.
-
-Every write is atomic (write a temporary file in the same folder, fsync, rename), so a crash leaves
-either the previous manifest or the new one, never half of one; and since ``complete`` is written
-last, a killed stage can never look complete.
-
-A child stage calls :func:`require_parent`, which refuses a parent that is missing, unreadable,
-of the wrong stage, not complete, or whose checkpoint no longer matches its recorded hashes.
-
-Paths inside the run folder (``<run_root>/<recipe>``: the parent's manifest, checkpoints, input models
-and data of earlier stages) are recorded relative to the manifest's own folder (``../stage1/manifest.json``,
-``checkpoint``), so a run folder copied from a cluster to a laptop, or renamed, still chains and
-resumes; paths outside it stay absolute, and hub ids as they are. :meth:`Manifest.resolve` turns a
-recorded path back into one to open.
+A manifest says what a stage ran on (recipe, parent, input model and data), what it produced (checkpoint with
+file hashes, metrics), how (library versions, commit, device) and when (start/end, every resume). Its
+``status`` is ``running``, then ``complete`` (written last, after the checkpoint is written and hashed) or
+``failed``. Every write is atomic, so a killed stage never looks complete. A child stage calls
+:func:`require_parent`, which refuses a parent that is missing, unreadable, of the wrong stage, not
+complete, or whose checkpoint no longer matches its recorded hashes. Paths inside the run folder are
+recorded relative to the manifest's folder (:meth:`Manifest.resolve` opens them), so a copied run folder
+still chains. Details: docs/architecture.md, stages/pipeline/manifest.py.
 """
 
 from __future__ import annotations

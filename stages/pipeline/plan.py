@@ -1,32 +1,13 @@
 """The dry run: ``r1 <stage> --recipe R --dry-run`` prints what a stage would do, loading no weights.
 
-For each trainer of the stage: steps, the effective batch (completions per step for GRPO, sequences
-for SFT, preference pairs for a reward model), the micro-batch per process, generations per step, an
-upper bound on tokens per step, and the memory per accelerator of weights + gradients + optimizer state
-(+ the KL reference model) under the recipe's sharding (``launch``). The batch arithmetic TRL imposes is checked, and a recipe that
-violates it fails with the numbers to change (:class:`PlanError`).
-
-The memory model is the usual mixed-precision AdamW accounting: bf16 weights (2 bytes per parameter)
-and gradients (2), fp32 master weights and two moments (12); ZeRO-2 shards gradients and optimizer
-state over the processes, ZeRO-3 and FSDP shard all three. On top of it, per process: one micro-batch's
-logits in bf16 (GRPO: completion positions × vocabulary; SFT: every position); its activations (with
-activation checkpointing, each layer's input kept plus one layer's working set recomputed, 34 bytes per
-token and hidden unit as in Korthikanti et al. 2022 with fused attention; without, every layer's); the
-gathered-parameter buffers of ZeRO-3 (DeepSpeed's default of 1e9 live parameters) or FSDP (two decoder
-layers and their gradients); vLLM's share when it is colocated (``trl.vllm_gpu_memory_utilization``);
-stage 4's two reward models, each held whole (bf16); and :data:`CONTEXT_GB` of CUDA context and
-library workspaces. A GRPO prompt is taken as :data:`PROMPT_TOKENS` tokens (the dry run reads no data).
-
-Besides that steady state, three moments are checked: the start of a trainer, when every process holds
-the whole policy (loaded before it is sharded), the reference model and reward models, and TRL builds
-the colocated engine beside them; the KV cache that the colocated engine's share leaves after its
-weights, against the tokens of one generation's rollouts (fewer: vLLM preempts and recomputes them);
-and the evaluations before and after training, when the main process holds the whole policy beside the
-evaluation engine (``launch.vllm_memory_fraction``). Each says ``fits``, ``TIGHT`` (over
-:data:`TIGHT_SHARE` of the accelerator, or a KV cache the rollouts overflow) or ``DOES NOT FIT``; a stage
-that would fail before training (no students to distill, a section left at the defaults) is flagged
-``WILL FAIL``. :func:`launch_problems` checks an accelerate config against the recipe (gradient
-clipping, multi-node DeepSpeed, vLLM's tensor-parallel size).
+For each trainer of the stage: steps, the effective batch, the micro-batch per process, generations per
+step, an upper bound on tokens per step, and the memory per accelerator under the recipe's sharding
+(``launch``). The batch arithmetic TRL imposes is checked (:class:`PlanError` names the numbers to change).
+Memory is checked in the steady state and at three moments (the start of a trainer, the colocated engine's
+KV cache against one generation's rollouts, the evaluations before and after training); each says
+``fits``, ``TIGHT`` or ``DOES NOT FIT``, and a stage that would fail before training is flagged
+``WILL FAIL``. :func:`launch_problems` checks an accelerate config against the recipe. The memory model,
+term by term: docs/architecture.md, stages/pipeline/plan.py.
 """
 
 from __future__ import annotations

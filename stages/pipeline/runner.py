@@ -2,20 +2,12 @@
 
     parent manifest checked → manifest "running" → stage body → checkpoint hashed → "complete"
 
-- A stage whose manifest is already ``complete`` is not run again unless ``restart`` is given.
-- An incomplete run (``running`` after a crash or SIGKILL, or ``failed``) is resumed by default,
-  and the resume is recorded in the manifest; ``restart`` starts over: the previous run is moved aside
-  (``.<stage>.previous``, only ever inside the run folder; a complete run already set aside by a
-  restart that was killed stays there), deleted when the new run completes and put
-  back if it fails.
-- One run per stage folder: the main process holds an ``flock`` on ``.<stage>.lock`` (with its PID);
-  a second run of the same folder refuses, naming that process; ``r1 status`` shows it running.
-- Any exception marks the manifest ``failed`` with the error, then propagates. A SIGKILL leaves
-  ``running``: never ``complete``, because ``complete`` is the last thing a stage writes.
-- Before the body, the stage fixes torch's thread count to the recipe's (``threads``, ``stages/pipeline/threads.py``)
-  and the CPU sampler's processes (``sample_processes``), and records both in ``metrics.threads``.
-- Under several processes (``scripts/launch``) every process runs the body; only the main one writes
-  the manifest and the outputs (``stages.pipeline.common``), the others wait at barriers.
+A ``complete`` stage is not run again unless ``restart`` is given; an incomplete one (``running`` after a
+crash, or ``failed``) is resumed by default, and ``restart`` sets the previous run aside until the new one
+completes. One run per stage folder (an ``flock`` on ``.<stage>.lock``). An exception marks the manifest
+``failed``; a SIGKILL leaves ``running``, never ``complete``. Before the body, the stage fixes torch's
+thread count and the CPU sampler's processes (``stages/pipeline/threads.py``). Under several processes only
+the main one writes. The rules in full: docs/architecture.md, stages/pipeline/runner.py.
 """
 
 from __future__ import annotations

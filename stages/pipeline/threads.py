@@ -2,27 +2,12 @@
 sample. Both are fixed by the recipe, never measured, so that a run computes the same numbers whatever
 else the machine runs.
 
-torch splits a reduction between its threads, so another thread count gives other (equally valid)
-floating-point sums, and from the first changed step on every stage is another draw. A stage is
-reproducible bit for bit only at one count, so the count is a property of the recipe (``threads``: a
-``default`` and per-stage or per-part counts), recorded in every manifest (``metrics.threads``), like the
-number of GPUs of a real run.
-
-Why the tiny recipe trains on **one** thread: torch's OpenMP threads meet at a barrier after every
-operator, and the tiny model's operators take microseconds; with 2 threads on 2 cores beside one other
-busy process, one thread is often descheduled and the other waits for it at every barrier, and the run
-slows several times beyond the neighbour's share (docs/speed.md). A single-threaded process beside a
-neighbour loses at most the neighbour's share of the machine. The cores are used by processes instead:
-the CPU sampler shares its batches out between ``sample_processes`` single-threaded processes (a count
-the recipe fixes too: the global generator seeds one stream per process in ``eval.decode.fast_generate``),
-and side work (a later stage's independent training, :class:`SideJob`) runs on the core a one-thread
-part leaves free.
-
-Who decides the thread count, first match wins: ``R1_THREADS=N`` (side work's processes; a user's
-override, recorded), then ``OMP_NUM_THREADS`` when it is set (a launcher's choice, e.g. torchrun's one
-thread per process), then the recipe's ``threads`` (the stage's, else ``default``), else torch's default
-(every core; a CUDA machine always). The manifest also records how busy other processes were when the
-stage started (``metrics.threads.busy_elsewhere``): it explains a slow run, it decides nothing.
+Another thread count gives other floating-point sums, so a stage is reproducible bit for bit only at one
+count: the recipe's ``threads`` (a ``default``, and per-stage or per-part counts), recorded in every
+manifest (``metrics.threads``). The tiny recipe trains on one thread and uses the other cores for
+processes: the CPU sampler's (``sample_processes``) and side work (:class:`SideJob`). Who decides the
+thread count, first match wins: ``R1_THREADS``, then ``OMP_NUM_THREADS``, then the recipe's ``threads``,
+else torch's default. Why one thread, and the rest: docs/architecture.md, stages/pipeline/threads.py.
 """
 
 from __future__ import annotations

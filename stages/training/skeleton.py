@@ -8,7 +8,7 @@ And what that order is made of: precision (:func:`device_and_precision`), TRL's 
 resume (:func:`begin`, :func:`last_complete_checkpoint`), :func:`fit`, the gather of sharded models
 (:func:`whole_model`), :func:`save_final`, tracking, and the callbacks every trainer carries
 (:class:`TrackedRun`, :class:`StepProgress`, :class:`LossLog`). Resume and several processes:
-docs/architecture.md "Resume".
+docs/training.md "skeleton.py".
 """
 
 from __future__ import annotations
