@@ -233,6 +233,20 @@ def test_the_rl_trainer_builds_and_logs_a_custom_reward_under_its_recipe_key(tmp
     row = json.loads((tmp_path / "metrics.jsonl").read_text())
     assert row["rewards"] == {"format": 1.0, path: 64.0}
 
+
+def test_an_async_custom_reward_is_refused_with_the_reason():
+    """TRL accepts async reward functions; the RL runner's recorder calls each reward and needs its list,
+    so an async one is refused by name when the rewards are built (before training), not mid-step."""
+    from types import SimpleNamespace
+
+    from stages.training.grpo import reward_functions
+
+    cfg = SimpleNamespace(rewards={"tests.custom_reward:async_reward": 1.0}, language_target="en",
+                          overlong_max_length=None, max_completion_length=16, overlong_buffer=0)
+    with pytest.raises(ValueError, match="reward 'tests.custom_reward:async_reward' is an async function"):
+        reward_functions(cfg)
+
+
 def test_the_recipe_checks_names_against_the_registry():
     """One registry: every name the recipe accepts is built by rewards.py (rules) or by stage 4 (reward
     models), and a name the registry lacks is refused, with the known ones listed."""

@@ -17,6 +17,7 @@ Deviations from the paper and from DAPO, the recorder's files, resume: docs/trai
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import random
@@ -78,6 +79,10 @@ def reward_functions(cfg) -> tuple[list[str], list[Callable], list[float]]:
     funcs = [R.get_reward(n, language_target=cfg.language_target,
                           overlong_max_length=cfg.overlong_max_length or cfg.max_completion_length,
                           overlong_buffer=cfg.overlong_buffer) for n in names]
+    for name, func in zip(names, funcs, strict=True):
+        if inspect.iscoroutinefunction(func):  # RolloutRecorder.wrap calls it and needs its list back
+            raise ValueError(f"reward {name!r} is an async function: the RL runner's recorder calls rewards "
+                             "synchronously; give a plain function (TRL's signature f(completions, **kwargs))")
     return names, funcs, [float(cfg.rewards[n]) for n in names]
 
 
