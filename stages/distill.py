@@ -38,8 +38,9 @@ from stages.pipeline.threads import SideJob, fix_threads, fixed_threads
 from stages.release import register_release, release_path
 from stages.release import student_recipe as _student_recipe
 from stages.training.evaluation import held_out
-from stages.training.grpo import METRICS_NAME, run_rl
+from stages.training.grpo import run_rl
 from stages.training.pretrain import pretrain_tiny
+from stages.training.records import METRICS_NAME
 from stages.training.sft import run_sft
 
 log = logging.getLogger("r1")

@@ -27,7 +27,7 @@ from eval.runner import prompt_builder
 from stages.pipeline.common import load_sampler, release, run_once
 from stages.pipeline.runner import base_of, model_ref
 from stages.training.evaluation import held_out
-from stages.training.grpo import CANDIDATES_NAME
+from stages.training.records import CANDIDATES_NAME
 from stages.training.sft import run_sft
 
 log = logging.getLogger("r1")

@@ -25,7 +25,8 @@ from eval.plots import plot_step_curves
 from eval.stats import estimate, per_problem
 from stages.pipeline.manifest import Manifest
 from stages.pipeline.runner import model_ref
-from stages.training.grpo import held_out_by_step, run_rl
+from stages.training.grpo import run_rl
+from stages.training.records import held_out_by_step
 
 log = logging.getLogger("r1")
 

@@ -121,7 +121,7 @@ def test_samplers_put_the_prefill_back_in_front(small_base):
 def test_grpo_rewards_read_the_response_with_its_prefill(tmp_path):
     """TRL hands the rewards only the generated text; under a prefilling template the format reward
     would pay nothing for a perfect response. The recorder puts the opening back."""
-    from stages.training.grpo import RolloutRecorder
+    from stages.training.records import RolloutRecorder
     from stages.training.rewards import summary_format_reward
 
     completion = [[{"role": "assistant", "content": "2+3=5 </think> The final answer is \\boxed{5}."}]]

@@ -215,7 +215,8 @@ def test_the_rl_trainer_builds_and_logs_a_custom_reward_under_its_recipe_key(tmp
 
     from trl.trainer.utils import get_callable_name
 
-    from stages.training.grpo import MetricsCallback, RolloutRecorder, reward_functions
+    from stages.training.grpo import reward_functions
+    from stages.training.records import MetricsCallback, RolloutRecorder
     from tests.custom_reward import length_reward
 
     path = "tests.custom_reward:length_reward"

@@ -27,7 +27,7 @@ from eval.plots import plot_step_curves, plot_training
 from eval.stats import METHOD, estimate, per_problem
 from stages.commands.findings import CLIP_VARIANTS, VARIANTS, variant_dir
 from stages.pipeline.manifest import MANIFEST_NAME, Manifest, ManifestError
-from stages.training.grpo import held_out_by_step
+from stages.training.records import held_out_by_step
 
 STAGE_TITLES = {
     "base": "base model (probe, R1-Zero template)",
@@ -145,7 +145,7 @@ def _complete(folder: Path) -> Manifest | None:
 
 
 def _by_step(folder: Path) -> dict[int, list[dict]]:
-    """A complete RL run's held-out samples by RL step (``stages.training.grpo.held_out_by_step``)."""
+    """A complete RL run's held-out samples by RL step (``stages.training.records.held_out_by_step``)."""
     m = _complete(folder)
     return held_out_by_step(folder, (m.data["metrics"].get("train") or {}).get("steps")) if m else {}
 
