@@ -255,13 +255,19 @@ def _sub_steps(a: int, b: int) -> list[tuple]:
     return steps
 
 
+def one_off(value: int) -> int:
+    """A digit fact's value as a slip or a misconception writes it: one more ("8+4=13"), or one less when
+    its last digit is 9 ("5+4=8"), so that the digit written stays a digit."""
+    return value - 1 if value % 10 == 9 else value + 1
+
+
 def _slipped(steps: list[tuple], position: int) -> tuple[list[tuple], int]:
     """The steps with a slip at digit ``position``: the sum or difference of that step written one off
     ("8+4=13 write 3"), the carry or borrow unchanged. Returns (steps, the change in the result: ±10^k)."""
     kind, expr, digit, flag = steps[position]
     head, _, value = expr.rpartition("=")
-    delta = -1 if int(digit) == 9 else 1
-    wrong = int(value) + delta
+    wrong = one_off(int(value))
+    delta = wrong - int(value)
     out = list(steps)
     out[position] = (kind, f"{head}={wrong}", str(wrong % 10), flag)
     return out, delta * 10**position

@@ -15,6 +15,9 @@ a **percentile bootstrap over problems** (:data:`N_BOOT` resamples, seeded, 95%)
   i.e. any effect is too small or of the opposite sign; **inconclusive** otherwise.
 - :func:`across_seeds`: mean, standard deviation and range of a statistic over seeds, shown next to the
   single-run intervals (which cover problem sampling only, not training randomness).
+- :func:`wilson` and :func:`proportion`: a share of counted events (checks that caught a wrong step,
+  reward-model pairs ranked right) with an interval that stays honest for few events, where a bootstrap
+  over problems collapses (1 of 1 would be [100%, 100%]).
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["MARGIN", "METHOD", "N_BOOT", "RULE", "Estimate", "across_seeds", "combine", "estimate",
-           "paired_difference", "per_problem", "verdict"]
+__all__ = ["MARGIN", "METHOD", "N_BOOT", "PROPORTION_METHOD", "RULE", "Estimate", "across_seeds", "combine",
+           "estimate", "paired_difference", "per_problem", "proportion", "verdict", "wilson"]
 
 N_BOOT = 2000
 LEVEL = 0.95
@@ -35,6 +38,8 @@ METHOD = f"percentile bootstrap over problems, {N_BOOT} resamples, {LEVEL:.0%}"
 RULE = (f"reproduced if the {LEVEL:.0%} interval of the paired difference lies above 0 in the paper's direction; "
         f"not reproduced if it lies below +{MARGIN} (no effect of that size, or the opposite); inconclusive otherwise")
 VERDICTS = ("reproduced", "not reproduced", "inconclusive")
+PROPORTION_METHOD = (f"Wilson score interval on the counts, {LEVEL:.0%}, widened to the percentile bootstrap over "
+                     f"problems ({N_BOOT} resamples) where that is wider: events of one problem are not independent")
 
 
 @dataclass(frozen=True)
@@ -140,3 +145,49 @@ def across_seeds(values: Sequence[float]) -> dict:
     mean = sum(xs) / len(xs)
     sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else math.nan
     return {"n": len(xs), "mean": mean, "sd": sd, "min": min(xs), "max": max(xs)}
+
+
+def wilson(hits: int, n: int, level: float = LEVEL) -> tuple[float, float]:
+    """The Wilson score interval of ``hits`` out of ``n`` independent events (NaN bounds when n is 0)."""
+    if n <= 0:
+        return math.nan, math.nan
+    z = float(_normal_quantile((1 + level) / 2))
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (0.0 if hits == 0 else max(0.0, centre - half)), (1.0 if hits == n else min(1.0, centre + half))
+
+
+def _normal_quantile(q: float) -> float:
+    """The standard normal quantile, by bisection on erf (no scipy here)."""
+    lo, hi = -10.0, 10.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if 0.5 * (1 + math.erf(mid / math.sqrt(2))) < q:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def proportion(counts: Mapping[str, tuple[int, int]], seed: int = 0) -> Estimate:
+    """A share of events pooled over problems: ``counts`` is problem id → (hits, events). The mean is
+    sum(hits) / sum(events) (``n``: the events); the interval (:data:`PROPORTION_METHOD`) is the Wilson
+    score interval on the pooled counts, widened to the percentile bootstrap over problems of the same
+    ratio where that is wider (several events of one problem, several checks of one chain of thought,
+    are not independent draws)."""
+    ids = [i for i, (_, n) in counts.items() if n > 0]
+    hits = np.asarray([counts[i][0] for i in ids], dtype=float)
+    events = np.asarray([counts[i][1] for i in ids], dtype=float)
+    total = int(events.sum())
+    if total == 0:
+        return Estimate(math.nan, math.nan, math.nan, 0)
+    mean = float(hits.sum() / total)
+    lo, hi = wilson(int(hits.sum()), total)
+    if len(ids) >= 2:
+        rng = np.random.default_rng(seed)
+        draws = rng.integers(0, len(ids), size=(N_BOOT, len(ids)))
+        ratios = hits[draws].sum(axis=1) / events[draws].sum(axis=1)  # (N_BOOT,); every problem has events
+        b_lo, b_hi = np.quantile(ratios, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+        lo, hi = min(lo, float(b_lo)), max(hi, float(b_hi))
+    return Estimate(mean, lo, hi, total)

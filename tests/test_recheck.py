@@ -1,5 +1,7 @@
-"""The check detector (eval/recheck.py) and the worked solutions that check their steps and correct
-themselves (data/taskworld.py ``solution(check=…, slip=…)``)."""
+"""The check detector and the verification reader (eval/recheck.py) on hand-written chains of thought
+(the generator's form and the forms a sampled model writes, which no generator makes), and the worked
+solutions that check their steps and correct themselves (data/taskworld.py ``solution(check=…,
+slip=…)``), read back by both."""
 
 from __future__ import annotations
 
@@ -7,8 +9,18 @@ import random
 
 import pytest
 
-from data.taskworld import FAMILIES, TRACE_LANGS, Problem, _operations, sample_problem, solution, trace
-from eval.recheck import label, read_checks
+from data.taskworld import (
+    FAMILIES,
+    TRACE_LANGS,
+    Problem,
+    _operations,
+    misconceived_facts,
+    one_off,
+    sample_problem,
+    solution,
+    trace,
+)
+from eval.recheck import label, read_checks, read_verifications, verification_counts
 
 CASES = [
     # (chain of thought, label, checks, failed, redone)
@@ -30,7 +42,20 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("think,kind,checks,failed,redone", CASES)
+# Chains of thought as sampled models of this project wrote them (run of 66b0005: the distilled student's
+# base and the RL control), not as the corpus generator writes them: checks copied without their
+# arithmetic, failures copied onto right steps, garbled repeats.
+MODEL_CASES = [
+    ("6+9=16 (check 16-9=7, not 6; wait, 6+9=15) write 5 carry 1, 5+1=6 (check 6-1=5 ok) write 6; answer 65",
+     "corrected", 2, 1, 1),
+    ("8+1=9 (check 9-1=8, not 7; wait, 7+1=8) write 8; answer 8", "corrected", 1, 1, 1),  # a right step "corrected"
+    ("13-2=2 (check 2+2=4 ok) write 2, 9-8=1 (check 1+8=9 ok) write 1; answer 121", "rechecked", 2, 0, 0),
+    ("1-7=5 (check 5+7=112-7=5 (check 5+7=112-7=5（验算5+7=11，对）写5借1；答案55", "rechecked", 3, 0, 0),
+    ("9+2=11（验算11-2=9，对）写1进1，写1；答案11", "rechecked", 1, 0, 0),
+]
+
+
+@pytest.mark.parametrize("think,kind,checks,failed,redone", CASES + MODEL_CASES)
 def test_labels_and_counts(think, kind, checks, failed, redone):
     got = read_checks(think)
     assert (got.label, got.checks, got.failed, got.redone) == (kind, checks, failed, redone)
@@ -52,10 +77,15 @@ def test_generated_solutions_are_labelled_as_built(family, lang):
         facts = sum("+" in step[1] or "-" in step[1] for op in _operations(p) for step in op[3])  # one per fact
         got = read_checks(checked)
         assert (got.label, got.checks, got.failed, answer) == ("rechecked", facts, 0, p.answer)
+        assert [(v.right, v.outcome) for v in read_verifications(checked)] == [(True, "passed")] * facts
         slipped, answer = solution(p, lang, random.Random(1), check=True, slip=True)
         got = read_checks(slipped)
         assert answer == p.answer and slipped.endswith(str(p.answer))
         assert got.label == "corrected" and (got.failed, got.redone) == (1, 1)
+        read = read_verifications(slipped)  # the one slip: wrong by its arithmetic, caught, redone right
+        assert len(read) == facts and [v.outcome for v in read].count("caught") == 1
+        assert all(v.right == (v.outcome == "passed") for v in read)
+        assert [(v.kind, v.redo_right) for v in read if not v.right] == [("own", True)]
         wrong, answer = solution(p, lang, random.Random(1), slip=True)
         assert label(wrong) == "plain" and answer != p.answer and wrong.endswith(str(answer))
 
@@ -109,6 +139,9 @@ def test_misconceptions_are_the_same_facts_written_wrong_every_time_and_checks_c
             assert (answer != p.answer) == any(wrong_facts)
             assert (got.failed, got.redone) == (sum(wrong_facts), sum(wrong_facts))
             assert got.label == ("corrected" if any(wrong_facts) else "rechecked")
+            read = read_verifications(checked, facts)  # every misconception planted and caught, no other slip
+            assert sum(v.kind == "planted" and v.outcome == "caught" for v in read) == sum(wrong_facts)
+            assert all(v.kind in ("right", "planted") and v.outcome in ("passed", "caught") for v in read)
         needed += any(wrong_facts)
     assert 0.2 < needed / 300 < 0.6
     with pytest.raises(ValueError, match="not both"):
@@ -121,3 +154,56 @@ def test_a_recipe_with_misconceptions_and_slips_is_refused():
     assert load_recipe("tiny", ["base.corpus.misconceptions=0.15"]).base.corpus.misconceptions == 0.15
     with pytest.raises(RecipeError, match="misconceptions and slip"):
         load_recipe("tiny", ["base.corpus.misconceptions=0.15", "base.corpus.slip=0.2"])
+
+
+M = misconceived_facts(0.15)
+VERIFY = [
+    # (chain of thought, [(fact, value written, kind, outcome, redo)] for each check)
+    ("18-6=9 (check 9+6=15 ok) write 9", [("18-6", 9, "own", "rubber stamp", None)]),  # the issue's three
+    ("1-0=2 (check 2+0=2, not 1; wait, 1-0=1) write 1", [("1-0", 2, "planted", "caught", "1-0=1")]),
+    ("3+2=5 (check 5-2=3, not 2; wait, 2+2=4) write 5", [("3+2", 5, "right", "false alarm", "2+2=4")]),
+    ("8+4=12 (check 12-4=8 ok) write 2", [("8+4", 12, "right", "passed", None)]),
+    ("3-2=1 (check 1+2=4 ok) write 1", [("3-2", 1, "right", "passed", None)]),  # the check's own sum wrong
+    ("7-0=8 (check 8+0=8 ok) write 8", [("7-0", 8, "planted", "rubber stamp", None)]),  # a planted fact passed
+    ("7-0=6 (check 6+0=6 ok) write 6", [("7-0", 6, "own", "rubber stamp", None)]),  # wrong, not as planted
+    ("9-5=5 (check 5+5=10, not 9; wait, 9-5=4) write 4", [("9-5", 5, "planted", "caught", "9-5=4")]),
+    ("1+7+1=10 (check 10-1-7=1, not 1; wait, 1+7+1=10) write 0", [("1+7+1", 10, "own", "caught", "1+7+1=10")]),
+    ("5-1=4, 14-6=8 (check 8+6=14 ok) write 8", [("14-6", 8, "right", "passed", None)]),  # a borrow step
+    ("16-7=8（验算8+7=15，不是16；等等，16-7=9）写9", [("16-7", 8, "own", "caught", "16-7=9")]),
+    ("9+2=11（验算11-2=9，对）写1", [("9+2", 11, "right", "passed", None)]),
+    ("16-7=8 (check 8+7=15, not 16；等等，16-7=9) write 9", [("16-7", 8, "own", "caught", "16-7=9")]),
+    ("8 + 4 = 13 (check 13 - 4 = 9, not 8; wait, 8 + 4 = 12)", [("8+4", 13, "own", "caught", "8+4=12")]),
+    ("8+4=13 (check 13-4=9, not 8) write 3", [("8+4", 13, "own", "caught", None)]),  # caught, not redone
+    ("8+4=12 (check 4+8=1", [("8+4", 12, "right", None, None)]),  # cut off before the verdict
+    ("1-7=5 (check 5+7=112-7=5 (check 5+7=11 ok)", [("1-7", 5, "own", None, None), ("112-7", 5, "own", "rubber stamp",
+                                                                                      None)]),
+    ("write 1 (check 1-0=1 ok); answer 1", []),  # a check after no fact looks at no step
+    ("4+4=8 write 8; answer 8", []),
+    (None, []),
+]
+
+
+@pytest.mark.parametrize("think,expected", VERIFY)
+def test_each_check_is_read_against_the_arithmetic_of_its_step(think, expected):
+    got = read_verifications(think, M)
+    assert [(v.fact, v.stated, v.kind, v.outcome, v.redo) for v in got] == expected
+
+
+def test_a_planted_fact_needs_the_corpus_that_planted_it():
+    """Without the corpus's misconceptions every wrong step is the model's own; a misconceived fact written
+    wrong in another way than the corpus writes it is the model's own too."""
+    assert "1-0" in M and one_off(1) == 2 and one_off(9) == 8 and one_off(19) == 18
+    assert read_verifications("1-0=2 (check 2+0=2, not 1; wait, 1-0=1)")[0].kind == "own"
+    assert read_verifications("1-0=3 (check 3+0=3, not 1; wait, 1-0=1)", M)[0].kind == "own"
+    redo = read_verifications("1+7+1=10 (check 10-1-7=1, not 1; wait, 1+7+1=10)", M)[0]
+    assert redo.outcome == "caught" and redo.redo_right is False  # caught, and redone just as wrong
+
+
+def test_verification_counts_per_problem():
+    records = [{"id": "a", "completion": " <think> 18-6=9 (check 9+6=15 ok) write 9 </think> <answer> 9 </answer>"},
+               {"id": "a", "completion": " <think> 1-0=2 (check 2+0=2, not 1; wait, 1-0=1) write 1 </think>"},
+               {"id": "b", "completion": " <think> 3+2=5 (check 5-2=3, not 2; wait, 2+2=4) write 5"},  # never closed
+               {"id": "c", "completion": "<answer> 3 </answer>"}]  # no chain of thought
+    got = verification_counts(records, M)
+    assert got == {"a": {("own", "rubber stamp"): 1, ("planted", "caught"): 1}, "b": {("right", "false alarm"): 1},
+                   "c": {}}

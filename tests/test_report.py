@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from data.taskworld import misconceived_facts
 from eval import verdicts
-from eval.stats import Estimate, estimate, paired_difference, verdict
+from eval.stats import Estimate, estimate, paired_difference, proportion, verdict, wilson
 from stages.commands.report import build_report
 from stages.pipeline.manifest import Manifest
 from stages.pipeline.recipe import load_recipe
@@ -61,6 +62,19 @@ def test_verdict_rule_has_three_outcomes():
     assert verdict(Estimate(0.02, -0.05, 0.09, 200)) == "inconclusive"
     assert verdict(Estimate(-0.1, -0.15, -0.05, 200), direction=-1) == "reproduced"  # a decrease wanted
     assert verdict(Estimate(0.0, float("nan"), float("nan"), 1)) == "inconclusive"
+
+
+def test_wilson_and_pooled_proportions():
+    lo, hi = wilson(141, 168)  # a textbook case: 83.9% of 168
+    assert (round(lo, 3), round(hi, 3)) == (0.776, 0.887)
+    assert wilson(1, 1)[0] == pytest.approx(0.2065, abs=1e-4) and wilson(0, 5) == (0.0, pytest.approx(0.4345, abs=1e-4))
+    one = proportion({"p": (1, 1)})  # one event: wide, not [100%, 100%] as a bootstrap would say
+    assert one.mean == 1.0 and one.lo < 0.25 and one.n == 1
+    # the same pooled counts, spread evenly or bunched in a few problems: bunched is wider (clustering)
+    even = proportion({f"p{i}": (1, 2) for i in range(50)})
+    bunched = proportion({**{f"p{i}": (10, 10) for i in range(5)}, **{f"q{i}": (0, 10) for i in range(5)}})
+    assert even.mean == bunched.mean == 0.5 and (bunched.hi - bunched.lo) > 2 * (even.hi - even.lo)
+    assert proportion({"p": (0, 0)}).n == 0
 
 
 def test_paired_difference_pairs_by_problem():
@@ -142,6 +156,29 @@ def test_f4_judged_by_rules_with_a_goodhart_check():
     goodhart = verdicts.final_rl(sft, general([0.25] * 100, [0.0] * 60, rm=2.0))
     assert goodhart.data["goodhart"] and any("rose while" in line for line in goodhart.lines)
     assert not verdicts.final_rl(sft, general([0.75] * 100, [0.0] * 60, rm=1.0)).data["goodhart"]
+
+
+def test_f4_the_reward_is_the_benign_prompts_and_the_reward_models_are_scored():
+    """The helpfulness reward's means cover the benign prompts it rewards, never the harmful ones (which
+    the helpfulness model scores very differently); each reward model's held-out pair accuracy is shown
+    with a Wilson interval, or said to be missing."""
+    def scored(helpful_rm, harmful_rm):
+        return [dict(r, rm_helpfulness=harmful_rm if r["harmful"] else helpful_rm)
+                for r in general([0.25] * 100, [0.5] * 60, rm=0.0)]
+
+    finding = verdicts.final_rl(scored(0.5, -3.0), scored(0.5, 3.0), {
+        "rm_helpfulness": {"held_out_pair_accuracy": 141 / 168, "pairs_held_out": 168},
+        "rm_harmlessness": {"held_out_pair_accuracy": 1.0, "pairs_held_out": 134}})
+    assert finding.data["reward_model_before"]["mean"] == pytest.approx(0.5)  # all prompts would give -0.81
+    assert finding.data["reward_model_after"]["mean"] == pytest.approx(0.5)  # all prompts would give +1.59
+    reward = next(line for line in finding.lines if line.startswith("the reward:"))
+    assert "0.50 [0.50, 0.50] → 0.50 [0.50, 0.50]" in reward and "100 benign prompts" in reward
+    pairs = next(line for line in finding.lines if "held-out preference pair" in line)
+    assert "helpfulness 83.9% [77.6%, 88.7%] (141 of 168 pairs)" in pairs
+    assert "harmlessness 100.0% [97.2%, 100.0%] (134 of 134 pairs)" in pairs
+    assert finding.data["pair_accuracy"]["rm_harmlessness"]["lo"] == pytest.approx(wilson(134, 134)[0])
+    missing = verdicts.final_rl(scored(0.5, -3.0), scored(0.5, 3.0))
+    assert "helpfulness: not measured" in next(line for line in missing.lines if "held-out preference pair" in line)
 
 
 def test_f5_distillation_against_rl():
@@ -283,10 +320,15 @@ def test_clustered_resampling_is_wider_when_a_cluster_moves_together():
     assert (clustered.hi - clustered.lo) > 2 * (plain.hi - plain.lo)
 
 
-def checks(rates_checked: list[float], acc_checked: float, acc_plain: float, seed: int | None = None) -> list[dict]:
+CHECKED = " <think> 8+4=12 (check 12-4=8 ok) write 2 </think>"
+PLAIN = " <think> 8+4=12 write 2 </think>"
+
+
+def checks(rates_checked: list[float], acc_checked: float, acc_plain: float, seed: int | None = None,
+           completion: str = CHECKED) -> list[dict]:
     """k samples per problem; a share of them with checks (labelled as eval/recheck.py would), each kind
     right at its own rate: exactly (rounded over the problem's samples of that kind), or at random with a
-    ``seed``."""
+    ``seed``. A checked sample's chain of thought is ``completion``, a plain one's has no check."""
     rng = random.Random(seed)
     out = []
     for i, share in enumerate(rates_checked):
@@ -296,8 +338,7 @@ def checks(rates_checked: list[float], acc_checked: float, acc_plain: float, see
             acc, rank, n = (acc_checked, s, n_checked) if kind != "plain" else (acc_plain, s - n_checked, K - n_checked)
             right = rng.random() < acc if seed is not None else rank < round(acc * n)
             out.append({"id": f"p{i}", "sample": s, "correct": right, "recheck": kind, "num_tokens": 20,
-                        "completion": " <think> 8+4=12 (check 12-4=8 ok) write 2 </think>", "problem": "q",
-                        "answer": "12"})
+                        "completion": completion if kind != "plain" else PLAIN, "problem": "q", "answer": "12"})
     return out
 
 
@@ -314,13 +355,65 @@ def test_f0_aha_needs_more_checks_and_better_checked_answers():
     noisy = verdicts.aha({0: (checks([0.0] * 40, 0.5, 0.5), mixed)})
     assert noisy.verdict == "inconclusive" and noisy.data["accuracy_gap"][0]["lo"] < 0 < noisy.data["accuracy_gap"][0]["hi"]
     assert verdicts.aha({0: ([{"id": "p", "correct": True}], [{"id": "p", "correct": True}])}).verdict == "not measured"
-    everywhere = verdicts.aha({0: (checks([0.25] * N, 0.5, 0.5), checks([1.0] * N, 0.95, 0.4))})
-    assert everywhere.verdict == "reproduced" and "the base's plain" in everywhere.lines[1]  # no plain one left
-    never = verdicts.aha({0: (before, checks([0.0] * N, 0.9, 0.4))})  # a base that never learnt to check
-    assert never.verdict == "not measured" and "never learnt" in never.lines[0]
 
 
-def entropy_rows(values: list[float], clip: float = 0.01) -> list[dict]:
+def test_f0_compares_checked_and_plain_within_one_model_only():
+    """Every chain of thought checks after stage 1: no plain one of the same model is left, so the
+    accuracy half is not testable and the finding inconclusive, whatever the base's plain ones scored (the
+    base's accuracy against stage 1's is F1, not an effect of checking)."""
+    after = checks([1.0] * N, 0.95, 0.4)
+    for base_accuracy in (0.0, 0.5, 1.0):
+        finding = verdicts.aha({0: (checks([0.25] * N, 0.5, base_accuracy), after)})
+        assert finding.verdict == "inconclusive" and finding.data["accuracy_gap"] == {}
+        assert finding.data["accuracy_gap_verdicts"][0] == "not testable"
+        assert "not testable within the model" in finding.lines[1] and "base" not in finding.lines[1]
+    # several seeds: the untestable half is said so, not averaged in
+    two = verdicts.aha({s: (checks([0.25] * N, 0.5, 0.5), after) for s in (0, 1)})
+    assert any("not testable for seeds [0, 1]" in line for line in two.seeds)
+
+
+def test_f0_is_not_reproduced_when_rl_selects_no_checks():
+    """Checks absent before and after stage 1 (the run of 66b0005): RL did not select the routine. That is
+    "not reproduced", with the rates before and after and their intervals, never "not measured"."""
+    never = verdicts.aha({0: (checks([0.0] * N, 0.5, 0.5), checks([0.0] * N, 0.9, 0.4))})
+    assert never.verdict == "not reproduced"
+    assert never.lines[0].startswith("chains of thought with checks (share of samples that reason): 0.0% [0.0%, 0.0%] "
+                                     "→ 0.0% [0.0%, 0.0%]")
+    assert any("RL did not select the routine" in line for line in never.lines)
+    dropped = verdicts.aha({0: (checks([0.5] * N, 0.5, 0.5), checks([0.0] * N, 0.9, 0.4))})  # checks unlearnt
+    assert dropped.verdict == "not reproduced" and dropped.data["share"][0]["hi"] < 0
+
+
+def test_f0_shows_whether_the_checks_verify():
+    """The verification rates read each check's step (eval/recheck.py): the issue's three examples, a
+    right step passed, and their counts, before and after; a planted fact is one only when the base's
+    corpus planted it."""
+    traces = [" <think> 1-0=2 (check 2+0=2, not 1; wait, 1-0=1) write 1 </think>",  # planted, caught
+              " <think> 18-6=9 (check 9+6=15 ok) write 9 </think>",  # own slip, rubber stamp
+              " <think> 3+2=5 (check 5-2=3, not 2; wait, 2+2=4) write 5 </think>",  # right step, false alarm
+              " <think> 8+4=12 (check 12-4=8 ok) write 2 </think>"]  # right step, passed
+    after = [r for i, t in enumerate(traces) for r in checks([1.0] * 10, 0.9, 0.4, completion=t)
+             if int(r["id"][1:]) % len(traces) == i]  # each trace on its own problems
+    before = checks([0.0] * 10, 0.5, 0.5)
+    finding = verdicts.aha({0: (before, after)}, misconceived_facts(0.15))
+    got = finding.data["verification_after"]
+    assert got["checks"] == 40 and got["counts"] == {"own/rubber stamp": 12, "planted/caught": 12,
+                                                     "right/false alarm": 8, "right/passed": 8}
+    assert (got["planted caught"]["hits"], got["planted caught"]["n"]) == (12, 12)
+    assert (got["own caught"]["hits"], got["own caught"]["n"]) == (0, 12)
+    assert (got["rubber stamps"]["hits"], got["rubber stamps"]["n"]) == (12, 20)  # of the "ok"s
+    assert (got["false alarms"]["hits"], got["false alarms"]["n"]) == (8, 16)  # of the right steps checked
+    assert got["rubber stamps"]["lo"] < 0.6 < got["rubber stamps"]["hi"]
+    assert finding.data["verification_before"] == {"checks": 0}
+    text = "\n".join(finding.lines)
+    assert "rubber stamps (\"ok\" on a wrong step, of the \"ok\"s) 12 of 20 (60.0% [" in text
+    assert "checks of the base (before stage 1): no check looks at a step" in text
+    assert "`1-0=2" not in text or "catches a wrong step" in text
+    unplanted = verdicts.aha({0: (before, after)}).data["verification_after"]  # no misconceptions: all slips own
+    assert unplanted["counts"]["own/caught"] == 12 and "planted/caught" not in unplanted["counts"]
+
+
+def entropy_rows(values: list[float], clip: float = 0.02) -> list[dict]:
     return [{"step": i + 1, "entropy": v, "clip_ratio": clip, "clip_ratio_high": clip / 2, "clip_ratio_low": clip / 2}
             for i, v in enumerate(values)]
 
@@ -334,5 +427,36 @@ def test_f7_clip_higher_keeps_entropy():
     wobbly = [k + 0.01 + (0.2 if i % 2 else -0.2) for i, k in enumerate(kept)]  # a small gain, steps far apart
     assert verdicts.clip_higher({0: (entropy_rows(kept), entropy_rows(wobbly))}).verdict == "inconclusive"
     never = verdicts.clip_higher({0: (entropy_rows(falling, clip=0.0), entropy_rows(kept, clip=0.0))})
-    assert never.verdict == "not measured" and "never acted" in never.lines[0]
+    assert never.verdict == "not testable" and "never acted" in never.lines[1]
     assert verdicts.clip_higher({}).verdict == "not measured"
+
+
+def test_f7_is_not_testable_when_clipping_is_rare():
+    """The measured clip fraction of the run of 66b0005's findings (about 0.03% of tokens) is far under
+    the rule's 1%: not testable, with the reason; the same entropy curves just above 1% are judged."""
+    falling = [0.5 - 0.005 * i for i in range(80)]
+    kept = [0.5 - 0.001 * i for i in range(80)]
+    for clip, expected in ((0.0003, "not testable"), (0.0099, "not testable"), (0.0101, "reproduced"),
+                           (0.05, "reproduced")):
+        finding = verdicts.clip_higher({0: (entropy_rows(falling, clip), entropy_rows(kept, clip))})
+        assert finding.verdict == expected, clip
+    rare = verdicts.clip_higher({0: (entropy_rows(falling, 0.0003), entropy_rows(kept, 0.0003))})
+    assert "clipping acted on 0.030% of the symmetric arm's tokens in the window, under 1%" in rare.lines[1]
+    assert rare.data["entropy"] == {}
+
+
+def test_f7_is_judged_where_entropy_moves():
+    """Both arms collapse to the same floor by step 20 (as the tiny stage 1 does) and clip-higher keeps
+    entropy higher before that: judged over the steps before the collapse, reproduced; steps 61-120, where
+    both sit at the floor, would say "not reproduced". A collapse within the first steps leaves no window."""
+    symmetric = [0.25 - 0.015 * i for i in range(15)] + [0.025] * 105
+    higher = [0.25 - 0.008 * i for i in range(15)] + [0.13 - 0.02 * i for i in range(5)] + [0.025] * 100
+    finding = verdicts.clip_higher({0: (entropy_rows(symmetric), entropy_rows(higher))})
+    assert finding.verdict == "reproduced"
+    assert finding.lines[0].startswith("judged window: steps 1–19,") and "both below at step 20" in finding.lines[0]
+    assert any(line.startswith("after the window, steps 20–120 (shown, not judged)") for line in finding.lines)
+    late = estimate([h - s for h, s in zip(higher[60:], symmetric[60:], strict=True)])
+    assert verdict(late, +1, verdicts.ENTROPY_MARGIN) == "not reproduced"  # what the old window said
+    floor = [0.25] + [0.001] * 50
+    short = verdicts.clip_higher({0: (entropy_rows(floor), entropy_rows(floor))})
+    assert short.verdict == "not testable" and "1 steps to judge, under 5" in short.lines[1]

@@ -7,8 +7,9 @@ of every evaluation) and writes ``RUN_DIR/report/report.md`` with its figures be
   (the base's probe is at its own temperature, the stages at the protocol's), held-out pass@1 with its
   95% interval, cons@k, pass@k, mean length, language-mix rate, wall time, peak memory. A stage that has
   not run is shown as missing, never as zero;
-- the paper's five findings (``eval/verdicts.py``), each with its rule, its paired difference with a
-  95% interval and a verdict that can be "reproduced", "not reproduced" or "inconclusive"; over the
+- the paper's findings (``eval/verdicts.py``), each with its rule, its paired difference with a 95%
+  interval and a verdict that can be "reproduced", "not reproduced" or "inconclusive" ("not testable"
+  where the data cannot answer the rule, "not measured" where a stage has not run); over the
   training seeds of ``make findings`` when it has run (``stages/commands/findings.py``), else over the
   pipeline's one seed, and the report says which;
 - the training curves of each RL stage, held-out pass@1 against RL step for stages 1 and 3, pass@k of
@@ -21,6 +22,7 @@ import shutil
 from pathlib import Path
 
 from data.jsonl import atomic_write_json, atomic_write_text, read_jsonl_tolerant
+from data.taskworld import misconceived_facts
 from data.timing import KINDS
 from eval import verdicts
 from eval.plots import plot_step_curves, plot_training
@@ -183,9 +185,19 @@ def findings(run_dir: Path) -> list[verdicts.Finding]:
         b1, b2 = student.get("budget") or d.data["metrics"].get("budget"), c.data["metrics"].get("budget")
         if b1 and b2:
             budget = f"distillation {_budget(b1)}; RL {_budget(b2)}"
-    return [verdicts.aha(f1), verdicts.r1_zero(f1), verdicts.language_reward(f2), verdicts.cold_start(f3),
-            verdicts.final_rl(sft_records, final_records), verdicts.distillation(base_s, distilled_s, rl_s, budget),
-            verdicts.clip_higher(f7)]
+    reward_models = {k: s4.data["metrics"].get(k) for k in ("rm_helpfulness", "rm_harmlessness")} if s4 else {}
+    return [verdicts.aha(f1, _misconceptions(run_dir)), verdicts.r1_zero(f1), verdicts.language_reward(f2),
+            verdicts.cold_start(f3), verdicts.final_rl(sft_records, final_records, reward_models),
+            verdicts.distillation(base_s, distilled_s, rl_s, budget), verdicts.clip_higher(f7)]
+
+
+def _misconceptions(run_dir: Path) -> frozenset[str]:
+    """The digit facts the base's corpus wrote wrong (its recipe's ``base.corpus.misconceptions``), to
+    tell planted facts from the model's own slips in F0's verification rates; none for a base with no
+    such corpus (a registered pretrained model)."""
+    base = _load(Path(run_dir) / "base")
+    share = (((base.data.get("recipe") or {}).get("base") or {}).get("corpus") or {}).get("misconceptions") if base else None
+    return misconceived_facts(share) if share else frozenset()
 
 
 def _budget(b: dict) -> str:
