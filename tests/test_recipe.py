@@ -180,7 +180,7 @@ def test_general_data_too_small_for_the_sft_mix_is_refused_before_rejection_samp
 def test_trls_string_domains_come_from_trl():
     """Where TRL names the values of a string setting (an enum, choices, or the values its help lists), those
     are its domain, TRL's default among them; a setting whose help names none takes any string."""
-    from stages.pipeline.recipe import trl_choices, trl_default
+    from stages.pipeline.trl_policy import trl_choices, trl_default
 
     for config, name, value in [("GRPOConfig", "loss_type", "cispo"), ("GRPOConfig", "scale_rewards", "batch"),
                                 ("GRPOConfig", "importance_sampling_level", "sequence"),

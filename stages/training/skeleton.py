@@ -6,8 +6,8 @@ records, evaluations); what they have in common lives here, once:
   ``precision`` (fp32, bf16 weights, or bf16 autocast over fp32 weights); :func:`set_attention`;
 - :func:`begin`: fresh, resumed from the last complete ``checkpoint-N``, or already finished;
 - :func:`trl_args`: TRL's config for a recipe section: TRL's defaults, overridden by the project's
-  (``stages.pipeline.recipe.PROJECT_DEFAULTS``), by the recipe's ``trl:`` mapping, and last by the settings the
-  project sets itself (``stages.pipeline.recipe.SET_BY_PROJECT``: output folder, steps, batch, seed, precision…);
+  (``stages.pipeline.trl_policy.PROJECT_DEFAULTS``), by the recipe's ``trl:`` mapping, and last by the settings the
+  project sets itself (``stages.pipeline.trl_policy.SET_BY_PROJECT``: output folder, steps, batch, seed, precision…);
 - :func:`fit`: ``trainer.train`` from where :func:`begin` said, LoRA adapters merged into the weights;
 - :func:`save_final`: the final model and tokenizer written atomically by the main process, then a barrier;
 - :class:`LossLog` and :func:`losses`: TRL's log rows in a JSON Lines file, and the first and last loss;
@@ -157,7 +157,7 @@ def trl_args(cfg, *, output_dir: Path, seed: int, device: torch.device, bf16: bo
     """TRL's config (``cfg.TRL_CONFIG``: GRPOConfig, SFTConfig or RewardConfig) for a recipe section, and
     the settings given to it (for the manifest). ``owned``: what the trainer sets from its own fields
     (steps, batch, lengths…); it wins over the recipe's ``trl:``, which may not name it
-    (``stages.pipeline.recipe.SET_BY_PROJECT``)."""
+    (``stages.pipeline.trl_policy.SET_BY_PROJECT``)."""
     import trl
 
     cuda = device.type == "cuda"
