@@ -45,7 +45,7 @@ def _number(text: str) -> float:
     if "**" in text:
         base, exponent = text.split("**")
         return int(base) ** int(exponent)
-    return float(text)
+    return int(text) if text.lstrip("-").isdigit() else float(text)
 
 
 @functools.cache

@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import keyword
 import math
 import types
 import typing
@@ -118,6 +119,16 @@ def range_problems(section) -> list[tuple[str, str]]:
 RULE_REWARD_NAMES = ("format", "summary_format", "accuracy", "language", "overlong")
 MODEL_REWARD_NAMES = ("helpfulness", "harmlessness")
 REWARD_NAMES = (*RULE_REWARD_NAMES, *MODEL_REWARD_NAMES)
+
+
+def is_custom_reward(name: str) -> bool:
+    """A custom reward, named by its dotted import path: ``package.module:function`` or
+    ``package.module.function`` (at least one dot; each part a Python name). Not imported here: loading a
+    recipe imports no reward code (``stages/training/rewards.py`` imports it)."""
+    module, colon, function = name.partition(":")
+    parts = module.split(".") + ([function] if colon else [])
+    return "." in module and all(p.isidentifier() and not keyword.iskeyword(p) for p in parts)
+
 
 @dataclass
 class TaskWorldConfig(Section):
@@ -406,7 +417,8 @@ class RLConfig(TrainerSection):
     ``format``, ``summary_format``, ``accuracy``, ``language`` (target ``language_target``, or each
     row's ``lang``), ``overlong`` (DAPO's soft overlong penalty: 0 up to ``overlong_max_length -
     overlong_buffer`` tokens, then falling linearly to -1 at ``overlong_max_length``; null:
-    max_completion_length), and stage 4's reward models ``helpfulness`` and ``harmlessness``.
+    max_completion_length), and stage 4's reward models ``helpfulness`` and ``harmlessness``; or a custom
+    reward by its dotted import path (``package.module:function``: :func:`is_custom_reward`).
 
     ``ref_model_sync_steps``: with ``trl.beta`` > 0, the KL reference model is replaced by the policy
     every N steps (null: never). vLLM generation (``trl: {use_vllm: true, vllm_mode: …}``) needs the vLLM of
@@ -470,9 +482,10 @@ class RLConfig(TrainerSection):
                if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w <= 0}
         if bad:
             yield "rewards", f"reward weights must be finite numbers > 0 (remove a reward rather than weigh it 0), got {bad}"
-        unknown = sorted(set(self.rewards) - set(REWARD_NAMES))
+        unknown = sorted(n for n in self.rewards if n not in REWARD_NAMES and not is_custom_reward(n))
         if unknown:
-            yield "rewards", f"unknown reward {unknown[0]!r} (known: {', '.join(REWARD_NAMES)})"
+            yield "rewards", (f"unknown reward {unknown[0]!r} (known: {', '.join(REWARD_NAMES)}; a custom reward is "
+                              "named by its dotted import path, e.g. package.module:function)")
         if "overlong" in self.rewards:
             top = self.overlong_max_length or self.max_completion_length
             if not 0 < self.overlong_buffer <= top:
