@@ -1,30 +1,18 @@
-"""The skeleton the three training jobs share: GRPO (``stages/training/grpo.py``), SFT (``stages/training/sft.py``) and reward
-models (``stages/training/reward_model.py``). Each of them keeps only what is its own (datasets, rewards, rollout
-records, evaluations); what they have in common lives here, once:
+"""The skeleton the three training jobs share (``stages/training``: GRPO ``grpo.py``, SFT ``sft.py``, reward models
+``reward_model.py``): each keeps only what is its own (datasets, rewards, rollouts, evaluations); the rest is here:
 
-- :func:`device_and_precision`: the device, the weights' dtype and bf16 compute, from the section's
-  ``precision`` (fp32, bf16 weights, or bf16 autocast over fp32 weights); :func:`set_attention`;
-- :func:`begin`: fresh, resumed from the last complete ``checkpoint-N``, or already finished;
+- :func:`device_and_precision`, :func:`set_attention`: device, weights' dtype and bf16 compute from ``precision``;
+- :func:`begin`: fresh, resumed from the last complete ``checkpoint-N`` (how: its docstring), or already finished;
 - :func:`trl_args`: TRL's config for a recipe section: TRL's defaults, overridden by the project's
   (``stages.pipeline.trl_policy.PROJECT_DEFAULTS``), by the recipe's ``trl:`` mapping, and last by the settings the
   project sets itself (``stages.pipeline.trl_policy.SET_BY_PROJECT``: output folder, steps, batch, seed, precision…);
-- :func:`fit`: ``trainer.train`` from where :func:`begin` said, LoRA adapters merged into the weights;
-- :func:`save_final`: the final model and tokenizer written atomically by the main process, then a barrier;
-- :class:`LossLog` and :func:`losses`: TRL's log rows in a JSON Lines file, and the first and last loss;
-- :func:`tracking` and :class:`TrackedRun`: the recipe's experiment tracker (TRL's ``report_to``), one
-  named run per trainer with the recipe's hash in its config;
+- :func:`fit`: ``trainer.train`` from where :func:`begin` said, LoRA adapters merged; :func:`save_final`: the final
+  model and tokenizer written atomically by the main process, then a barrier;
+- :class:`LossLog`, :func:`losses`: TRL's log rows in a JSON Lines file, and the first and last loss;
+- :func:`tracking`, :class:`TrackedRun`: the recipe's tracker (``report_to``), one run per trainer, the recipe's hash;
 - :class:`ProgressEvaluation`: held-out pass@1 every ``eval_every`` steps, logged with the step's metrics.
-
-Resume. TRL/transformers checkpoints (``<trainer dir>/checkpoint-N``, every ``save_steps``) hold model,
-optimizer, scheduler, RNG states and trainer state; ``trainer.train(resume_from_checkpoint=…)`` restores
-all of them. When a stage resumes, the last *complete* ``checkpoint-N`` is used; transformers writes
-``trainer_state.json`` last, so a folder without it (or without weights, optimizer or scheduler, or with
-a torn state file) is a checkpoint cut short by a crash: it is deleted, never loaded (left in place,
-checkpoint rotation could delete a good one instead). Rows of the run's logs past step N are dropped,
-since those steps run again. A trainer that does not resume (the reward models) starts over.
-
-Several processes: every process trains (data-parallel); only the main one deletes, truncates and saves,
-and the others wait for it at barriers (``stages.pipeline.common``).
+Several processes: every process trains (data-parallel); only the main one deletes, truncates and saves, and
+the others wait for it at barriers (``stages.pipeline.common``).
 """
 
 from __future__ import annotations
@@ -336,7 +324,14 @@ def begin(ctx, *, key: str, final: Path, trainer_dir: Path, logs: Sequence[Path]
     ``stale`` outputs are deleted, since nothing in them belongs to this run. Resumed: from the last
     complete ``checkpoint-N`` of ``trainer_dir`` (partial ones deleted), or from step 0 when there is
     none; rows of ``logs`` past N are dropped and ``forget_after(N)`` forgets the trainer's other
-    records of those steps."""
+    records of those steps.
+
+    TRL/transformers checkpoints (``<trainer dir>/checkpoint-N``, every ``save_steps``) hold model, optimizer,
+    scheduler, RNG states and trainer state; ``trainer.train(resume_from_checkpoint=…)`` restores all of them.
+    Transformers writes ``trainer_state.json`` last, so a folder without it (or without weights, optimizer or
+    scheduler, or with a torn state file) is a checkpoint cut short by a crash: it is deleted, never loaded
+    (left in place, checkpoint rotation could delete a good one instead). A trainer that does not resume
+    (the reward models) starts over."""
     m = ctx.manifest
     if (ctx.resumed or getattr(ctx, "adopted", False)) and key in m.data["metrics"] and Path(final).is_dir():
         return Start(done=True)
