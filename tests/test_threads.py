@@ -128,7 +128,7 @@ def test_the_recipe_fixes_each_stages_threads(monkeypatch, tmp_path):
     torch.set_num_threads(CORES)
     if CORES > 1 and not torch.cuda.is_available():
         assert fix_threads(None)["chosen_by"] == "torch (the recipe fixes no count)"
-    with pytest.raises(ValueError, match="every count must be at least 1"):
+    with pytest.raises(ValueError, match=r"threads\.stage1: must be >= 1, got 0"):
         load_recipe("tiny", ["threads={stage1: 0}"])
     with pytest.raises(ValueError, match="sample_processes"):
         load_recipe("tiny", ["sample_processes=0"])

@@ -11,14 +11,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from stages.pipeline.recipe import (
-    PROJECT_DEFAULTS,
-    SET_BY_PROJECT,
-    RecipeError,
-    load_recipe,
-    resolve_recipe_path,
-    trl_fields,
-)
+from stages.pipeline.recipe import RecipeError, load_recipe, resolve_recipe_path
+from stages.pipeline.trl_policy import PROJECT_DEFAULTS, SET_BY_PROJECT, trl_fields
 from stages.training.skeleton import begin, device_and_precision
 
 CPU = torch.device("cpu")

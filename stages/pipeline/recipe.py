@@ -1,49 +1,117 @@
 """Recipes: versioned YAML loaded into dataclasses that reject unknown keys.
 
-A recipe is a folder under ``recipes/`` holding ``recipe.yaml`` (or a path to any YAML file). Every
-field and its default is declared in the dataclasses below; nothing is defaulted elsewhere in code.
-The YAML may omit fields that have defaults; it may not name a field that does not exist, or give a
-value of the wrong type: both raise :class:`RecipeError` naming the file and the dotted key.
+A recipe is a folder under ``recipes/`` holding ``recipe.yaml`` (or a path to any YAML file). Every field
+and its default is declared in the dataclasses below; nothing is defaulted elsewhere in code. The YAML may
+omit fields that have defaults; an unknown key, a value of the wrong type or out of range raises
+:class:`RecipeError` naming the file and the dotted key.
 
-The trainer sections (:class:`RLConfig`, :class:`SFTSpec`, :class:`RewardModelSpec`) type the project's
-own fields and pass a ``trl:`` mapping through to TRL's config (GRPOConfig, SFTConfig, RewardConfig): any
-field of that class, checked by name and type against TRL when the recipe loads. Where the project's
-default for such a field differs from TRL's, it is in :data:`PROJECT_DEFAULTS`, with its reason; the
-fields the project sets itself are in :data:`SET_BY_PROJECT`.
+The trainer sections (:class:`RLConfig`, :class:`SFTSpec`, :class:`RewardModelSpec`) type the project's own
+fields and pass a ``trl:`` mapping through to TRL's config, checked by name and type against TRL when the
+recipe loads; the project's policy for those settings is ``stages/pipeline/trl_policy.py``.
 
 Command-line overrides use the same path syntax: ``--set stage1.trl.learning_rate=5e-5``; the value is
-parsed as YAML (so ``true``, ``3``, ``[a, b]`` work) and type-checked like the file.
-
-The resolved recipe (after overrides) is stored in every manifest, with its hash.
+parsed as YAML (so ``true``, ``3``, ``[a, b]`` work) and type-checked like the file. The resolved recipe
+(after overrides) is stored in every manifest, with its hash.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import hashlib
 import json
+import keyword
 import math
 import types
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
 
+from stages.pipeline.ranges import range_problem
+from stages.pipeline.trl_policy import (
+    SET_BY_PROJECT,
+    trl_fields,
+    trl_problem,
+    trl_setting,
+    trl_settings,
+    trl_value_problem,
+)
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RECIPES_DIR = REPO_ROOT / "recipes"
 
 
 class RecipeError(ValueError):
-    """A recipe file or override is invalid; the message names the file and the key."""
+    """A recipe file or override is invalid; the message names the file and the dotted key.
+
+    ``problems``: (key, message) pairs, the key relative to the section that raised them; the loader
+    prefixes the file and the section's dotted path (:func:`build`)."""
+
+    def __init__(self, message: str, problems: tuple[tuple[str, str], ...] = ()):
+        super().__init__(message)
+        self.problems = problems
 
 
 # ---------------------------------------------------------------------------------------------
 # Sections
 # ---------------------------------------------------------------------------------------------
+
+
+class Section:
+    """What every section of a recipe checks, once, when it is built: first each field against its
+    range in ``RANGES`` (field → range in the notation of ``stages.pipeline.ranges``; a subclass adds
+    to its bases'; a list is checked item by item, a mapping value by value; null passes where the field
+    may be null), then, when every value is in range, the section's cross-field :meth:`rules`. Every
+    problem found raises one :class:`RecipeError`, each problem as ``key: message``."""
+
+    RANGES: ClassVar[dict[str, str]] = {}
+
+    def __post_init__(self):
+        problems = self.value_problems()
+        if not problems:
+            problems = list(self.rules())
+        if problems:
+            raise RecipeError("; ".join(f"{k}: {m}" if k else m for k, m in problems), tuple(problems))
+
+    def value_problems(self) -> list[tuple[str, str]]:
+        """(key, message) for each value outside its range."""
+        return range_problems(self)
+
+    def rules(self) -> Iterator[tuple[str, str]]:
+        """(key, message) for each broken rule between fields (a subclass yields its bases' too)."""
+        return iter(())
+
+
+def section_ranges(cls) -> dict[str, str]:
+    """The ranges of section class ``cls``: its own ``RANGES`` over its bases'."""
+    ranges = {}
+    for klass in reversed(cls.__mro__):
+        ranges.update(vars(klass).get("RANGES", {}))
+    return ranges
+
+
+@functools.cache
+def _nullable(cls) -> dict[str, bool]:
+    return {name: type(None) in typing.get_args(tp) for name, tp in typing.get_type_hints(cls).items()}
+
+
+def range_problems(section) -> list[tuple[str, str]]:
+    """(key, message) for each value of ``section`` outside its declared range."""
+    problems, nullable = [], _nullable(type(section))
+    for name, spec in section_ranges(type(section)).items():
+        value = getattr(section, name)
+        if isinstance(value, list):
+            items = [(f"{name}[{i}]", v, False) for i, v in enumerate(value)]
+        elif isinstance(value, dict):
+            items = [(f"{name}.{k}", v, False) for k, v in value.items()]
+        else:
+            items = [(name, value, nullable[name])]
+        problems += [(key, p) for key, v, null_ok in items if (p := range_problem(spec, v, null_ok))]
+    return problems
 
 
 # The rewards a recipe's ``rewards`` may weight, by name (``stages/training/rewards.py`` builds them and checks
@@ -52,8 +120,18 @@ RULE_REWARD_NAMES = ("format", "summary_format", "accuracy", "language", "overlo
 MODEL_REWARD_NAMES = ("helpfulness", "harmlessness")
 REWARD_NAMES = (*RULE_REWARD_NAMES, *MODEL_REWARD_NAMES)
 
+
+def is_custom_reward(name: str) -> bool:
+    """A custom reward, named by its dotted import path: ``package.module:function`` or
+    ``package.module.function`` (at least one dot; each part a Python name). Not imported here: loading a
+    recipe imports no reward code (``stages/training/rewards.py`` imports it)."""
+    module, colon, function = name.partition(":")
+    parts = module.split(".") + ([function] if colon else [])
+    return "." in module and all(p.isidentifier() and not keyword.iskeyword(p) for p in parts)
+
+
 @dataclass
-class TaskWorldConfig:
+class TaskWorldConfig(Section):
     """The synthetic task world (``data/taskworld.py``)."""
 
     seed: int = 1234
@@ -69,7 +147,7 @@ class TaskWorldConfig:
 
 
 @dataclass
-class DatasetSpec:
+class DatasetSpec(Section):
     """Where a stage's prompts come from (``data/datasets.py``).
 
     source: ``task_world`` (the synthetic world's ``split``), ``benchmark`` (a registered benchmark
@@ -86,13 +164,13 @@ class DatasetSpec:
     answer_field: str = "answer"
     limit: int | None = None
 
-    def __post_init__(self):
+    def rules(self):
         if self.source != "task_world" and not self.name:
-            raise RecipeError(f"source {self.source!r} needs a name (benchmark, file or hub id)")
+            yield "name", f"source {self.source!r} needs a name (benchmark, file or hub id)"
 
 
 @dataclass
-class DataConfig:
+class DataConfig(Section):
     """Training prompts and the held-out split every stage is evaluated on."""
 
     train: DatasetSpec = field(default_factory=lambda: DatasetSpec(split="train"))
@@ -102,7 +180,7 @@ class DataConfig:
 
 
 @dataclass
-class TinyArchitecture:
+class TinyArchitecture(Section):
     """A Qwen2 configuration small enough to train on two CPU cores."""
 
     hidden_size: int = 128
@@ -118,7 +196,7 @@ class TinyArchitecture:
 
 
 @dataclass
-class CorpusConfig:
+class CorpusConfig(Section):
     """The tiny base model's synthetic pretraining mix: shares of each document type.
 
     direct:          "Question: …\\nAnswer: 936"
@@ -151,17 +229,17 @@ class CorpusConfig:
     # (data/taskworld.py misconceived_facts). Not combined with slip
     misconceptions: float = 0.0
 
-    def __post_init__(self):
-        for name in ("direct", "chat_direct", "worked", "template_reason", "template_direct", "context_share",
-                     "recheck", "template_recheck", "slip", "misconceptions"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise RecipeError(f"corpus: {name} must be between 0 and 1, got {getattr(self, name)}")
+    RANGES: ClassVar[dict[str, str]] = {
+        name: "[0, 1]" for name in ("direct", "chat_direct", "worked", "template_reason", "template_direct",
+                                    "context_share", "recheck", "template_recheck", "slip", "misconceptions")}
+
+    def rules(self):
         if self.misconceptions and self.slip:
-            raise RecipeError("corpus: misconceptions and slip are two ways of writing facts wrong; set one of them")
+            yield "misconceptions", "misconceptions and slip are two ways of writing facts wrong; set one of them"
 
 
 @dataclass
-class PretrainConfig:
+class PretrainConfig(Section):
     steps: int = 600
     seed: int | None = None  # the base's own seed (corpus, initialisation, batch order); null: the recipe's
     batch_size: int = 128
@@ -179,18 +257,13 @@ class PretrainConfig:
     pack_length: int = 256  # tokens per packed row (batching: packed)
     log_every: int = 25
 
-    def __post_init__(self):
-        for name in ("steps", "batch_size", "pack_length", "log_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"base.pretrain.{name} must be >= 1, got {getattr(self, name)}")
-        if not self.learning_rate > 0 or self.warmup_steps < 0 or self.weight_decay < 0 or not 0 <= self.min_lr_ratio <= 1:
-            raise ValueError("base.pretrain: need learning_rate > 0, warmup_steps >= 0, weight_decay >= 0 and "
-                             f"0 <= min_lr_ratio <= 1; got learning_rate {self.learning_rate}, warmup_steps "
-                             f"{self.warmup_steps}, weight_decay {self.weight_decay}, min_lr_ratio {self.min_lr_ratio}")
+    RANGES: ClassVar[dict[str, str]] = {
+        "steps": ">= 1", "batch_size": ">= 1", "pack_length": ">= 1", "log_every": ">= 1", "learning_rate": "> 0",
+        "warmup_steps": ">= 0", "weight_decay": ">= 0", "min_lr_ratio": "[0, 1]"}
 
 
 @dataclass
-class BaseConfig:
+class BaseConfig(Section):
     """The base stage: register a pretrained model, or the released tiny one, or build the tiny one.
 
     ``pretrained``: a hub id or local path; when set, nothing is trained and the stage records the
@@ -219,7 +292,7 @@ class BaseConfig:
 
 
 @dataclass
-class EvalConfig:
+class EvalConfig(Section):
     """Evaluation protocol (DeepSeek-R1: temperature 0.6, top-p 0.95, k samples per problem)."""
 
     k: int = 4
@@ -232,18 +305,13 @@ class EvalConfig:
     backend: Literal["transformers", "vllm"] = "transformers"
     prompt_template: Literal["r1_zero", "chat"] = "r1_zero"
 
-    def __post_init__(self):
-        for name in ("k", "max_new_tokens", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"eval.{name} must be >= 1, got {getattr(self, name)}")
-        if self.temperature < 0 or not 0 < self.top_p <= 1:
-            raise ValueError(f"eval: need temperature >= 0 and 0 < top_p <= 1, got {self.temperature}, {self.top_p}")
-        if self.benchmark_limit is not None and self.benchmark_limit < 1:
-            raise ValueError(f"eval.benchmark_limit must be >= 1 or null, got {self.benchmark_limit}")
+    RANGES: ClassVar[dict[str, str]] = {
+        "k": ">= 1", "max_new_tokens": ">= 1", "batch_size": ">= 1", "temperature": ">= 0", "top_p": "(0, 1]",
+        "benchmark_limit": ">= 1"}
 
 
 @dataclass
-class LoraSpec:
+class LoraSpec(Section):
     """LoRA adapters through peft (merged into the weights when the stage saves its checkpoint)."""
 
     r: int = 16
@@ -254,181 +322,11 @@ class LoraSpec:
 
 
 # ---------------------------------------------------------------------------------------------
-# Trainer sections and TRL's settings
+# Trainer sections (TRL's settings: stages/pipeline/trl_policy.py)
 # ---------------------------------------------------------------------------------------------
 
-# The defaults the project changes from TRL's, per TRL config: field → (value, why). A recipe's ``trl:``
-# overrides them; the fields the project sets itself (below) it may not name.
-PROJECT_DEFAULTS: dict[str, dict[str, tuple[Any, str]]] = {
-    "GRPOConfig": {
-        "learning_rate": (3e-6, "DeepSeek-R1-Zero's learning rate (TRL: 1e-6)"),
-        "lr_scheduler_type": ("constant_with_warmup", "RL at a constant rate after warmup (TRL: linear decay to 0)"),
-        "loss_type": ("grpo", "the paper's GRPO objective (TRL: dapo)"),
-        "beta": (0.001, "the paper's KL coefficient (TRL: 0.0, no reference model)"),
-        "epsilon": (10.0, "the paper's clip ratio (TRL: 0.2)"),
-        "logging_steps": (1, "one metrics.jsonl row per optimizer step (TRL: every 10)"),
-        "save_steps": (50, "a resumable checkpoint every 50 steps (TRL: 500)"),
-        "save_total_limit": (2, "the last two checkpoints are all resume needs (TRL: keeps all)"),
-    },
-    "SFTConfig": {
-        "learning_rate": (1e-5, "a conservative full fine-tuning rate (TRL: 2e-5)"),
-        "lr_scheduler_type": ("cosine", "cosine decay (TRL: linear)"),
-        "warmup_steps": (0.03, "warm up over 3% of the steps (a value below 1 is a fraction; TRL: 0)"),
-        "save_steps": (200, "a resumable checkpoint every 200 steps (TRL: 500)"),
-        "save_total_limit": (2, "the last two checkpoints are all resume needs (TRL: keeps all)"),
-        "assistant_only_loss": (True, "loss on the assistant's tokens only, not the prompt's (TRL: every token)"),
-    },
-    "RewardConfig": {
-        "learning_rate": (1e-5, "a fine-tuning rate: the model starts from the SFT model (TRL: 1e-4)"),
-        "lr_scheduler_type": ("cosine", "cosine decay (TRL: linear)"),
-        "warmup_steps": (0.1, "warm up over 10% of the steps (a value below 1 is a fraction; TRL: 0)"),
-        "center_rewards_coefficient": (0.01, "TRL's recommended value: keeps scores centred on 0 (TRL: off)"),
-    },
-}
-
-# TRL config fields the project sets itself, and from what: a recipe's ``trl:`` naming one is an error
-# that says what to set instead (stages/training/skeleton.py trl_args, and each trainer, set them).
-SET_BY_PROJECT: dict[str, str] = {
-    "output_dir": "the stage folder",
-    "max_steps": "steps (SFT and reward models: epochs)",
-    "num_train_epochs": "steps (SFT and reward models: epochs)",
-    "per_device_train_batch_size": "prompts_per_step × num_generations (GRPO), batch_size (SFT, reward models)",
-    "gradient_accumulation_steps": "gradient_accumulation_steps",
-    "generation_batch_size": "prompts_per_step × num_generations",
-    "steps_per_generation": "gradient_accumulation_steps (one generation per optimizer step)",
-    "num_generations": "num_generations",
-    "max_completion_length": "max_completion_length",
-    "max_length": "max_length",
-    "seed": "seed (null: the recipe's)",
-    "data_seed": "seed (null: the recipe's)",
-    "bf16": "precision (auto: on CUDA bf16 under DeepSpeed/FSDP, else bf16 autocast; fp32 on CPU)",
-    "fp16": "precision",
-    "use_cpu": "the recipe's device",
-    "gradient_checkpointing": "gradient_checkpointing (CUDA only: TRL's default, on, only slows a CPU run)",
-    "activation_checkpointing": "gradient_checkpointing (CUDA only: TRL's default, on, only slows a CPU run)",
-    "reward_weights": "rewards",
-    "sync_ref_model": "ref_model_sync_steps (with beta > 0 the policy replaces the reference every N steps)",
-    "ref_model_sync_steps": "ref_model_sync_steps (with beta > 0 the policy replaces the reference every N steps)",
-    "ref_model_mixup_alpha": "ref_model_sync_steps (the reference is replaced, alpha 1)",
-    "save_strategy": "the trainer (checkpoints every save_steps, to resume from; reward models: none)",
-    "save_only_model": "the trainer (checkpoints keep optimizer, scheduler and RNG states, to resume from)",
-    "resume_from_checkpoint": "the stage's resume (--resume, --restart)",
-    "report_to": "tracking.report_to (one setting for every trainer of the recipe)",
-    "run_name": "the recipe, stage, part and seed (tracking)",
-    "project": "tracking.project",
-}
-
-
-@functools.cache
-def trl_fields(config: str) -> dict[str, Any]:
-    """The init fields of TRL's ``config`` class (``GRPOConfig``…) and their types. TRL is imported on
-    first use only: it is slow to import."""
-    import trl
-
-    cls = getattr(trl, config)
-    try:
-        hints = typing.get_type_hints(cls)
-    except Exception:  # an annotation this Python cannot resolve: check names only
-        hints = {}
-    return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls) if f.init}
-
-
-def trl_default(config: str, name: str) -> Any:
-    """TRL's own default for field ``name`` of ``config``."""
-    import trl
-
-    f = {f.name: f for f in dataclasses.fields(getattr(trl, config))}[name]
-    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-
-
-# The ranges of TRL's numeric settings that TRL itself does not check, or checks only deep in a run:
-# (lowest, highest, whether the lowest is allowed); null is refused where TRL's default is a number. Every
-# number is finite besides (no NaN, no inf: trl_value_problem), and a string field takes only the values
-# TRL names for it (its enum, its choices, or the values its help lists: trl_choices).
-TRL_RANGES: dict[str, tuple[float, float, bool]] = {
-    "adam_beta1": (0.0, 0.999999, True),
-    "adam_beta2": (0.0, 0.999999, True),
-    "adam_epsilon": (0.0, math.inf, False),
-    "top_k": (0.0, math.inf, True),
-    "repetition_penalty": (0.0, math.inf, False),
-    "min_p": (0.0, 1.0, True),
-    "learning_rate": (0.0, math.inf, False),
-    "beta": (0.0, math.inf, True),
-    "epsilon": (0.0, math.inf, False),
-    "epsilon_high": (0.0, math.inf, False),
-    "delta": (0.0, math.inf, False),
-    "max_grad_norm": (0.0, math.inf, False),
-    "weight_decay": (0.0, math.inf, True),
-    "warmup_ratio": (0.0, 1.0, True),
-    "warmup_steps": (0.0, math.inf, True),
-    "num_iterations": (1.0, math.inf, True),
-    "save_steps": (0.0, math.inf, False),
-    "save_total_limit": (1.0, math.inf, True),
-    "logging_steps": (0.0, math.inf, False),
-    "temperature": (0.0, math.inf, False),
-    "top_p": (0.0, 1.0, False),
-    "vllm_gpu_memory_utilization": (0.0, 1.0, False),
-    "vllm_tensor_parallel_size": (1.0, math.inf, True),
-    "center_rewards_coefficient": (0.0, math.inf, True),
-}
-NULLABLE_TRL = {"save_total_limit", "top_p", "center_rewards_coefficient", "delta", "min_p"}  # (epsilon_high: omit it for TRL's default)
-
-
-def trl_problem(config: str, key: str) -> str | None:
-    """Why a ``trl:`` mapping of a ``config`` section may not hold ``key`` (None: it may)."""
-    fields = trl_fields(config)
-    if key not in fields:
-        close = difflib.get_close_matches(key, list(fields), n=1)
-        return f"unknown {config} field" + (f" (did you mean {close[0]}?)" if close else "")
-    if key in SET_BY_PROJECT:
-        return f"set by the project from {SET_BY_PROJECT[key]}; set that instead"
-    return None
-
-
-@functools.cache
-def trl_choices(config: str, name: str) -> tuple[str, ...] | None:
-    """The values TRL allows for string field ``name`` of ``config``, from TRL itself: the enum of its type
-    (``lr_scheduler_type``: ``SchedulerType``; ``optim``: ``OptimizerNames``), its ``choices``, or the
-    quoted values its help names (``loss_type``: 'grpo', 'dr_grpo', …; ``vllm_mode``; ``scale_rewards``),
-    taken as the domain only when TRL's own default is among them; None where TRL names none (any string)."""
-    import enum
-    import re
-
-    import trl
-
-    f = {f.name: f for f in dataclasses.fields(getattr(trl, config))}[name]
-    for member in typing.get_args(trl_fields(config)[name]) or (trl_fields(config)[name],):
-        if isinstance(member, type) and issubclass(member, enum.Enum):
-            return tuple(str(m.value) for m in member)
-    if f.metadata.get("choices"):
-        return tuple(str(c) for c in f.metadata["choices"])
-    values = tuple(dict.fromkeys(re.findall(r"[`']([A-Za-z_][\w-]*)'", f.metadata.get("help", ""))))
-    return values if isinstance(f.default, str) and f.default in values else None
-
-
-def trl_value_problem(key: str, value: Any, config: str | None = None) -> str | None:
-    """Why ``value`` is outside the domain of TRL setting ``key`` of ``config`` (None: inside): a number
-    that is not finite, outside :data:`TRL_RANGES`, or a string TRL does not name (:func:`trl_choices`)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"must be a finite number, got {value}"
-    if config is not None and isinstance(value, str) and key in trl_fields(config):
-        choices = trl_choices(config, key)
-        if choices is not None and value not in choices:
-            return f"must be one of {', '.join(choices)}; got {value!r}"
-    if key in TRL_RANGES:
-        low, high, low_ok = TRL_RANGES[key]
-        if value is None:
-            return None if key in NULLABLE_TRL else "must be a number, got null"
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return f"must be a number, got {value!r}"
-        if not ((value >= low if low_ok else value > low) and value <= high):
-            bounds = f"{'>=' if low_ok else '>'} {low:g}" + (f" and <= {high:g}" if high != math.inf else "")
-            return f"must be {bounds}, got {value}"
-    return None
-
-
 @dataclass
-class TrainerSection:
+class TrainerSection(Section):
     """What every trainer section has.
 
     ``precision``: auto = on CUDA bf16 weights under DeepSpeed or FSDP (which keep fp32 master weights),
@@ -457,30 +355,27 @@ class TrainerSection:
     eval_problems: int = 32
     trl: dict[str, Any] = field(default_factory=dict)
 
-    def __post_init__(self):
-        if self.seed is not None and not 0 <= self.seed < 2**32:
-            raise ValueError(f"seed: {self.seed} must be in [0, 2**32), or null for the recipe's")
-        if self.eval_every < 0 or self.eval_problems < 1:
-            raise ValueError(f"eval_every must be >= 0 and eval_problems >= 1, got {self.eval_every}, "
-                             f"{self.eval_problems}")
-        problems = [f"trl.{k}: {p}" for k, v in self.trl.items()
-                    if (p := trl_problem(self.TRL_CONFIG, k) or trl_value_problem(k, v, self.TRL_CONFIG))]
-        if problems:
-            raise RecipeError("; ".join(problems))
+    RANGES: ClassVar[dict[str, str]] = {
+        "seed": "[0, 2**32) (null: the recipe's)", "eval_every": ">= 0 (0: off)", "eval_problems": ">= 1"}
+
+    def value_problems(self):
+        """Besides the ranges, each ``trl:`` key and value (:mod:`stages.pipeline.trl_policy`)."""
+        return [*super().value_problems(),
+                *((f"trl.{k}", p) for k, v in self.trl.items()
+                  if (p := trl_problem(self.TRL_CONFIG, k) or trl_value_problem(k, v, self.TRL_CONFIG)))]
 
     def trl_settings(self) -> dict[str, Any]:
         """The settings TRL's config gets from the recipe: the project's defaults, then ``trl:``."""
-        return {**{k: v for k, (v, _) in PROJECT_DEFAULTS[self.TRL_CONFIG].items()}, **self.trl}
+        return trl_settings(self.TRL_CONFIG, self.trl)
 
     def setting(self, name: str) -> Any:
         """The value of TRL field ``name`` for this section (one the project does not set itself):
         the recipe's ``trl:``, else the project's default, else TRL's."""
-        settings = self.trl_settings()
-        return settings[name] if name in settings else trl_default(self.TRL_CONFIG, name)
+        return trl_setting(self.TRL_CONFIG, self.trl, name)
 
 
 @dataclass
-class PassRateFilter:
+class PassRateFilter(Section):
     """Train only on prompts the starting policy solves sometimes, not always (``stages/training/grpo.py``
     ``filter_by_pass_rate``): before training, ``samples`` completions of each of the first ``pool``
     training prompts (null: all) at the section's rollout temperature and top-p, graded for correctness;
@@ -493,13 +388,12 @@ class PassRateFilter:
     min_pass_rate: float = 0.0
     max_pass_rate: float = 0.75
 
-    def __post_init__(self):
-        if self.samples < 1 or (self.pool is not None and self.pool < 1):
-            raise ValueError(f"pass_rate_filter: samples and pool must be >= 1 (pool null: all), got "
-                             f"{self.samples}, {self.pool}")
-        if not 0.0 <= self.min_pass_rate <= self.max_pass_rate <= 1.0:
-            raise ValueError(f"pass_rate_filter: need 0 <= min_pass_rate <= max_pass_rate <= 1, got "
-                             f"{self.min_pass_rate}, {self.max_pass_rate}")
+    RANGES: ClassVar[dict[str, str]] = {
+        "pool": ">= 1 (null: all)", "samples": ">= 1", "min_pass_rate": "[0, 1]", "max_pass_rate": "[0, 1]"}
+
+    def rules(self):
+        if self.min_pass_rate > self.max_pass_rate:
+            yield "max_pass_rate", f"must be >= min_pass_rate ({self.min_pass_rate}), got {self.max_pass_rate}"
 
 
 @dataclass
@@ -523,7 +417,8 @@ class RLConfig(TrainerSection):
     ``format``, ``summary_format``, ``accuracy``, ``language`` (target ``language_target``, or each
     row's ``lang``), ``overlong`` (DAPO's soft overlong penalty: 0 up to ``overlong_max_length -
     overlong_buffer`` tokens, then falling linearly to -1 at ``overlong_max_length``; null:
-    max_completion_length), and stage 4's reward models ``helpfulness`` and ``harmlessness``.
+    max_completion_length), and stage 4's reward models ``helpfulness`` and ``harmlessness``; or a custom
+    reward by its dotted import path (``package.module:function``: :func:`is_custom_reward`).
 
     ``ref_model_sync_steps``: with ``trl.beta`` > 0, the KL reference model is replaced by the policy
     every N steps (null: never). vLLM generation (``trl: {use_vllm: true, vllm_mode: …}``) needs the vLLM of
@@ -563,44 +458,38 @@ class RLConfig(TrainerSection):
     dynamic_sampling: int = 0
     pass_rate_filter: PassRateFilter | None = None
 
-    def __post_init__(self):
-        super().__post_init__()
-        problems = []
-        for name in ("steps", "prompts_per_step", "gradient_accumulation_steps", "max_completion_length",
-                     "sample_every", "length_buckets"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.num_generations < 2:
-            problems.append(f"num_generations must be >= 2 (GRPO compares a group), got {self.num_generations}")
+    RANGES: ClassVar[dict[str, str]] = {
+        "steps": ">= 1", "prompts_per_step": ">= 1", "num_generations": ">= 2 (GRPO compares a group)",
+        "gradient_accumulation_steps": ">= 1", "max_completion_length": ">= 1", "sample_every": ">= 1",
+        "length_buckets": ">= 1", "dynamic_sampling": ">= 0 (0: off)",
+        "eval_steps": ">= 1 (step 0 is the before-training evaluation)"}
+
+    def rules(self):
+        yield from super().rules()
         if (self.prompts_per_step * self.num_generations) % self.gradient_accumulation_steps:
-            problems.append(f"prompts_per_step × num_generations ({self.prompts_per_step * self.num_generations}) "
-                            f"must be divisible by gradient_accumulation_steps ({self.gradient_accumulation_steps})")
-        if self.dynamic_sampling < 0:
-            problems.append(f"dynamic_sampling must be >= 0 (0: off), got {self.dynamic_sampling}")
+            yield ("gradient_accumulation_steps",
+                   f"prompts_per_step × num_generations ({self.prompts_per_step * self.num_generations}) must be "
+                   f"divisible by gradient_accumulation_steps ({self.gradient_accumulation_steps})")
         if self.dynamic_sampling and (self.setting("scale_rewards") == "batch"
                                       or self.trl.get("multi_objective_aggregation") == "normalize_then_sum"):
-            problems.append("dynamic_sampling needs advantages normalised within each group (trl.scale_rewards "
-                            "group or none, no normalize_then_sum): with batch-wide ones no group is all-equal")
-        if any(s < 1 for s in self.eval_steps):
-            problems.append(f"eval_steps must be >= 1 (step 0 is the before-training evaluation), got {self.eval_steps}")
+            yield ("dynamic_sampling", "needs advantages normalised within each group (trl.scale_rewards group or "
+                   "none, no normalize_then_sum): with batch-wide ones no group is all-equal")
         if self.trl.get("epsilon_high") is not None and self.trl["epsilon_high"] < self.setting("epsilon"):
-            problems.append(f"trl.epsilon_high ({self.trl['epsilon_high']}) must be >= epsilon ({self.setting('epsilon')})")
+            yield "trl.epsilon_high", f"must be >= epsilon ({self.setting('epsilon')}), got {self.trl['epsilon_high']}"
         if not self.rewards:
-            problems.append("rewards is empty")
+            yield "rewards", "rewards is empty"
         bad = {k: w for k, w in self.rewards.items()
                if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w <= 0}
         if bad:
-            problems.append(f"reward weights must be finite numbers > 0 (remove a reward rather than weigh it 0), "
-                            f"got {bad}")
-        unknown = sorted(set(self.rewards) - set(REWARD_NAMES))
+            yield "rewards", f"reward weights must be finite numbers > 0 (remove a reward rather than weigh it 0), got {bad}"
+        unknown = sorted(n for n in self.rewards if n not in REWARD_NAMES and not is_custom_reward(n))
         if unknown:
-            problems.append(f"unknown reward {unknown[0]!r} (known: {', '.join(REWARD_NAMES)})")
+            yield "rewards", (f"unknown reward {unknown[0]!r} (known: {', '.join(REWARD_NAMES)}; a custom reward is "
+                              "named by its dotted import path, e.g. package.module:function)")
         if "overlong" in self.rewards:
             top = self.overlong_max_length or self.max_completion_length
             if not 0 < self.overlong_buffer <= top:
-                problems.append(f"reward 'overlong' needs 0 < overlong_buffer <= {top}, got {self.overlong_buffer}")
-        if problems:
-            raise RecipeError("RL section: " + "; ".join(problems))
+                yield "overlong_buffer", f"reward 'overlong' needs 0 < overlong_buffer <= {top}, got {self.overlong_buffer}"
 
 
 @dataclass
@@ -632,19 +521,18 @@ class SFTSpec(TrainerSection):
     max_length: int = 8192
     batching: Literal["padded", "packed"] = "padded"
 
-    def __post_init__(self):
-        super().__post_init__()
-        if self.epochs <= 0 or self.batch_size < 1 or self.gradient_accumulation_steps < 1 or self.max_length < 16:
-            raise ValueError("SFT: need epochs > 0, batch_size >= 1, gradient_accumulation_steps >= 1, "
-                             f"max_length >= 16; got {self.epochs}, {self.batch_size}, "
-                             f"{self.gradient_accumulation_steps}, {self.max_length}")
+    RANGES: ClassVar[dict[str, str]] = {
+        "epochs": "> 0", "batch_size": ">= 1", "gradient_accumulation_steps": ">= 1", "max_length": ">= 16"}
+
+    def rules(self):
+        yield from super().rules()
         if self.batching == "packed" and (self.setting("padding_free") or self.setting("packing")):
-            raise ValueError("SFT: batching: packed is the project's packing; leave TRL's padding_free and packing "
-                             "unset (or use them with batching: padded)")
+            yield ("batching", "packed is the project's packing; leave TRL's padding_free and packing unset (or use "
+                   "them with batching: padded)")
 
 
 @dataclass
-class RejectionConfig:
+class RejectionConfig(Section):
     """Rejection sampling (``eval/rejection.py``): ``samples_per_prompt`` samples of a model per prompt,
     graded and filtered, at most ``max_kept_per_prompt`` kept. Stage 4 samples the stage-3 model;
     stage 2 (``cold_start.sample``) the stage-1 model, for cold-start candidates.
@@ -664,13 +552,11 @@ class RejectionConfig:
     backend: Literal["transformers", "vllm"] = "transformers"
     batch_size: int = 64
 
-    def __post_init__(self):
-        if self.samples_per_prompt < 1 or self.max_kept_per_prompt < 1 or self.shard_size < 1:
-            raise ValueError("rejection: samples_per_prompt, max_kept_per_prompt and shard_size must be >= 1")
+    RANGES: ClassVar[dict[str, str]] = {"samples_per_prompt": ">= 1", "max_kept_per_prompt": ">= 1", "shard_size": ">= 1"}
 
 
 @dataclass
-class ColdStartConfig:
+class ColdStartConfig(Section):
     """Filters and caps of the cold-start set (``eval/cold_start.py``; every drop reason is counted).
 
     ``user_dataset``: an extra set of long chains of thought (rows with ``problem``, ``answer`` and
@@ -692,7 +578,7 @@ class ColdStartConfig:
 
 
 @dataclass
-class Stage2Config:
+class Stage2Config(Section):
     """Stage 2: build the cold-start set from stage 1's candidates, then SFT the *base* model on it."""
 
     cold_start: ColdStartConfig = field(default_factory=ColdStartConfig)
@@ -700,7 +586,7 @@ class Stage2Config:
 
 
 @dataclass
-class GeneralDataConfig:
+class GeneralDataConfig(Section):
     """Non-reasoning data of stage 4 (DeepSeek-R1 mixes ~600k reasoning and ~200k general samples).
 
     ``source: procedural`` builds ``procedural_rows`` of the tiny world's general tasks and harmful
@@ -722,12 +608,12 @@ class GeneralDataConfig:
     sft_unsafe_share: float = 0.0
     eval_prompts: int = 100
 
-    def __post_init__(self):
+    RANGES: ClassVar[dict[str, str]] = {"reasoning_per_general": "> 0", "harmful_share": "[0, 1)",
+                                        "sft_unsafe_share": "[0, 1]"}
+
+    def rules(self):
         if self.source != "procedural" and not self.name:
-            raise ValueError(f"general data source {self.source!r} needs a name (file or hub id)")
-        if self.reasoning_per_general <= 0 or not 0 <= self.harmful_share < 1 or not 0 <= self.sft_unsafe_share <= 1:
-            raise ValueError("general: need reasoning_per_general > 0, 0 <= harmful_share < 1 and "
-                             "0 <= sft_unsafe_share <= 1")
+            yield "name", f"general data source {self.source!r} needs a name (file or hub id)"
 
     def rows_for(self, reasoning_rows: int) -> int:
         """How many general rows the SFT mix takes beside ``reasoning_rows`` reasoning rows."""
@@ -755,14 +641,13 @@ class RewardModelSpec(TrainerSection):
     max_length: int = 2048
     gradient_checkpointing: bool = False  # CUDA only
 
-    def __post_init__(self):
-        super().__post_init__()
+    RANGES: ClassVar[dict[str, str]] = {"epochs": "> 0", "batch_size": ">= 1", "gradient_accumulation_steps": ">= 1"}
+
+    def rules(self):
+        yield from super().rules()
         if self.eval_every:
-            raise ValueError("reward model: eval_every applies to RL and SFT sections (a reward model reports its "
-                             "held-out pairwise accuracy)")
-        if self.epochs <= 0 or self.batch_size < 1 or self.gradient_accumulation_steps < 1:
-            raise ValueError("reward model: need epochs > 0, batch_size >= 1, gradient_accumulation_steps >= 1; "
-                             f"got {self.epochs}, {self.batch_size}, {self.gradient_accumulation_steps}")
+            yield ("eval_every", "eval_every applies to RL and SFT sections (a reward model reports its held-out "
+                   "pairwise accuracy)")
 
 
 @dataclass
@@ -776,14 +661,11 @@ class FinalRLConfig(ReasoningRLConfig):
                                                                "harmlessness": 1.0})
     general_share: float = 0.25
 
-    def __post_init__(self):
-        super().__post_init__()
-        if not 0 <= self.general_share < 1:
-            raise RecipeError(f"RL section: general_share must be in [0, 1), got {self.general_share}")
+    RANGES: ClassVar[dict[str, str]] = {"general_share": "[0, 1)"}
 
 
 @dataclass
-class Stage4Config:
+class Stage4Config(Section):
     """Stage 4: rejection sampling → SFT of the *base* on reasoning + general data → reward models →
     final RL over all scenarios (``stages/stage4_final.py``)."""
 
@@ -794,18 +676,18 @@ class Stage4Config:
     harmlessness: RewardModelSpec = field(default_factory=RewardModelSpec)
     rl: FinalRLConfig = field(default_factory=FinalRLConfig)
 
-    def __post_init__(self):
+    def rules(self):
         # The SFT mix takes one general row per reasoning_per_general kept rows; fail here, not after an
         # hour of rejection sampling, when the procedural general data could run short.
         prompts, general = self.rejection.prompts, self.general
         if general.source == "procedural" and prompts is not None and prompts.limit is not None:
             most_kept = prompts.limit * self.rejection.max_kept_per_prompt
             if general.rows_for(most_kept) > general.procedural_rows:
-                raise ValueError(
-                    f"general.procedural_rows ({general.procedural_rows}) is fewer than the SFT mix may need: "
-                    f"rejection may keep {most_kept} rows (prompts.limit {prompts.limit} × max_kept_per_prompt "
-                    f"{self.rejection.max_kept_per_prompt}), one general row per {general.reasoning_per_general}; "
-                    f"raise procedural_rows or reasoning_per_general, or lower the rejection's prompts")
+                yield ("general.procedural_rows",
+                       f"general.procedural_rows ({general.procedural_rows}) is fewer than the SFT mix may need: "
+                       f"rejection may keep {most_kept} rows (prompts.limit {prompts.limit} × max_kept_per_prompt "
+                       f"{self.rejection.max_kept_per_prompt}), one general row per {general.reasoning_per_general}; "
+                       f"raise procedural_rows or reasoning_per_general, or lower the rejection's prompts")
 
 
 def plain_folder_name(name: str) -> bool:
@@ -814,7 +696,7 @@ def plain_folder_name(name: str) -> bool:
 
 
 @dataclass
-class StudentSpec:
+class StudentSpec(Section):
     """A distillation student: a small pretrained model (``pretrained``: hub id or path), or (null) a
     tiny base built like ``base`` but with its own ``architecture`` and ``pretrain_steps`` (null: the
     base's)."""
@@ -832,9 +714,9 @@ class StudentSpec:
     # its released base (stages/release.py), as base.release; null: built in distill. Unused with pretrained
     release: str | None = None
 
-    def __post_init__(self):
+    def rules(self):
         if not plain_folder_name(self.name):
-            raise ValueError(f"student name {self.name!r} must be a plain folder name: it names distill/<name>/")
+            yield "name", f"student name {self.name!r} must be a plain folder name: it names distill/<name>/"
 
 
 @dataclass
@@ -843,17 +725,9 @@ class DistillSFTSpec(SFTSpec):
 
     epochs: float | None = 2.0
 
-    def __post_init__(self):
-        epochs = self.epochs
-        self.epochs = 1.0 if epochs is None else epochs  # SFTSpec's checks, on the other fields when null
-        try:
-            super().__post_init__()
-        finally:
-            self.epochs = epochs
-
 
 @dataclass
-class DistillConfig:
+class DistillConfig(Section):
     """Distillation (``stages/distill.py``): SFT of each student on stage 4's curated set
     (``data``: ``reasoning`` = the rejection-sampled reasoning samples only, ``all`` = with the
     general data too, as the paper's 800k). ``control``: the RL-only control (``r1 distill_rl``),
@@ -871,28 +745,28 @@ class DistillConfig:
     control_student: str | None = None  # null: the first student
     control: RLConfig = field(default_factory=RLConfig)
 
-    def __post_init__(self):
+    RANGES: ClassVar[dict[str, str]] = {"budget_steps": ">= 1 (null: each arm its own length)"}
+
+    def rules(self):
         names = [s.name for s in self.students]
         if len(set(names)) != len(names):
-            raise ValueError(f"distill: student names must be unique, got {names}")
+            yield "students", f"student names must be unique, got {names}"
         if self.control_student is not None and self.control_student not in names:
-            raise ValueError(f"distill: control_student {self.control_student!r} is not a student ({names})")
+            yield "control_student", f"{self.control_student!r} is not a student ({names})"
         if self.budget_steps is None:
             if self.sft.epochs is None:
-                raise ValueError("sft.epochs is null but no budget_steps is set: set one of them")
+                yield "sft.epochs", "sft.epochs is null but no budget_steps is set: set one of them"
             return
-        if self.budget_steps < 1:
-            raise ValueError(f"budget_steps must be >= 1, got {self.budget_steps}")
         if self.sft.epochs is not None:
-            raise ValueError(f"budget_steps ({self.budget_steps}) sets the SFT's length; "
-                             f"set sft.epochs to null (got {self.sft.epochs})")
+            yield ("sft.epochs", f"budget_steps ({self.budget_steps}) sets the SFT's length; set sft.epochs to null "
+                   f"(got {self.sft.epochs})")
         if self.control.steps != self.budget_steps:
-            raise ValueError(f"control.steps ({self.control.steps}) must equal budget_steps "
-                             f"({self.budget_steps}): both arms get the same optimizer steps")
+            yield ("control.steps", f"control.steps ({self.control.steps}) must equal budget_steps "
+                   f"({self.budget_steps}): both arms get the same optimizer steps")
 
 
 @dataclass
-class FindingsConfig:
+class FindingsConfig(Section):
     """``r1 findings`` (``stages/commands/findings.py``): the training seeds every verdict is measured over;
     0 is the pipeline's own run."""
 
@@ -902,29 +776,28 @@ class FindingsConfig:
     clip_seeds: list[int] = field(default_factory=lambda: [0])
     clip_iterations: int = 2
 
-    def __post_init__(self):
+    RANGES: ClassVar[dict[str, str]] = {"clip_iterations": ">= 2 (with 1, clipping never acts)"}
+
+    def rules(self):
         if 0 not in self.seeds or len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(f"findings.seeds must hold 0 (the pipeline's run) and no repeats, got {self.seeds}")
-        if len(set(self.clip_seeds)) != len(self.clip_seeds) or self.clip_iterations < 2:
-            raise ValueError(f"findings: clip_seeds must hold no repeats and clip_iterations must be >= 2, got "
-                             f"{self.clip_seeds}, {self.clip_iterations}")
+            yield "seeds", f"must hold 0 (the pipeline's run) and no repeats, got {self.seeds}"
+        if len(set(self.clip_seeds)) != len(self.clip_seeds):
+            yield "clip_seeds", f"must hold no repeats, got {self.clip_seeds}"
 
 
 @dataclass
-class PassKConfig:
+class PassKConfig(Section):
     """``r1 passk`` (``stages/commands/passk.py``): pass@k for k = 1 … ``samples`` on ``problems`` held-out problems,
     for the base and every stage (the reasoning boundary)."""
 
     samples: int = 64
     problems: int = 200
 
-    def __post_init__(self):
-        if self.samples < 1 or self.problems < 1:
-            raise ValueError(f"passk: need samples >= 1 and problems >= 1, got {self.samples}, {self.problems}")
+    RANGES: ClassVar[dict[str, str]] = {"samples": ">= 1", "problems": ">= 1"}
 
 
 @dataclass
-class LaunchConfig:
+class LaunchConfig(Section):
     """Where a recipe runs (``scripts/launch``, ``r1 <stage> --dry-run``): processes (GPUs) per node,
     nodes, the accelerate config under ``recipes/accelerate/`` (``ddp``, ``zero2``, ``zero3``, ``fsdp``;
     null: a single process), the memory of one accelerator for the dry run's estimate, and how long a
@@ -945,19 +818,10 @@ class LaunchConfig:
     vllm_max_model_len: int | None = None
     vllm_enforce_eager: bool = False  # no CUDA graphs or compilation: a quicker start, slower decoding
 
-    def __post_init__(self):
-        if self.processes_per_node < 1 or self.nodes < 1:
-            raise ValueError("launch: processes_per_node and nodes must be >= 1")
-        if not 0 < self.vllm_memory_fraction < 1:
-            raise ValueError(f"launch.vllm_memory_fraction: {self.vllm_memory_fraction} must be in (0, 1)")
-        if self.vllm_tensor_parallel < 1 or (self.vllm_max_model_len is not None and self.vllm_max_model_len < 1):
-            raise ValueError("launch.vllm_tensor_parallel and launch.vllm_max_model_len must be >= 1")
-        if self.vllm_server_tensor_parallel < 1:
-            raise ValueError(f"launch.vllm_server_tensor_parallel: {self.vllm_server_tensor_parallel} must be >= 1")
-        if self.vllm_server_data_parallel is not None and self.vllm_server_data_parallel < 1:
-            raise ValueError(f"launch.vllm_server_data_parallel: {self.vllm_server_data_parallel} must be >= 1 (or null)")
-        if not self.timeout_minutes > 0:
-            raise ValueError(f"launch.timeout_minutes: {self.timeout_minutes} must be > 0")
+    RANGES: ClassVar[dict[str, str]] = {
+        "processes_per_node": ">= 1", "nodes": ">= 1", "timeout_minutes": "> 0", "vllm_server_tensor_parallel": ">= 1",
+        "vllm_server_data_parallel": ">= 1", "vllm_memory_fraction": "(0, 1)", "vllm_tensor_parallel": ">= 1",
+        "vllm_max_model_len": ">= 1"}
 
     @property
     def processes(self) -> int:
@@ -965,7 +829,7 @@ class LaunchConfig:
 
 
 @dataclass
-class TrackingConfig:
+class TrackingConfig(Section):
     """Experiment tracking, through transformers' integrations (TRL's ``report_to``): ``report_to`` names
     them (``none``, ``trackio``, ``wandb``, ``tensorboard``…, or a list). Every trainer of a stage is one
     run in ``project``, named ``<recipe>/<stage>/<part>/seed<seed>``, whose config also holds the recipe's
@@ -976,14 +840,14 @@ class TrackingConfig:
     report_to: str | list[str] = "none"
     project: str = "r1-pipeline"
 
-    def __post_init__(self):
+    def rules(self):
         names = self.names
         if not names or any(not isinstance(n, str) or not n for n in names):
-            raise ValueError(f"tracking.report_to: {self.report_to!r} must name integrations (or be 'none')")
-        if len(names) > 1 and ("none" in names or "all" in names):
-            raise ValueError(f"tracking.report_to: {self.report_to!r}: 'none' and 'all' stand alone")
+            yield "report_to", f"{self.report_to!r} must name integrations (or be 'none')"
+        elif len(names) > 1 and ("none" in names or "all" in names):
+            yield "report_to", f"{self.report_to!r}: 'none' and 'all' stand alone"
         if not self.project.strip():
-            raise ValueError("tracking.project must not be empty")
+            yield "project", "must not be empty"
 
     @property
     def names(self) -> list[str]:
@@ -997,7 +861,7 @@ class TrackingConfig:
 
 
 @dataclass
-class HubConfig:
+class HubConfig(Section):
     """Publishing to the Hugging Face hub (``stages/pipeline/cards.py``). Every stage writes a model card into its
     checkpoint and its curated sets as loadable datasets whatever this says; ``push_to_hub`` (off by
     default) also uploads each completed stage to the model repo ``<repo_prefix>-<stage>`` and its sets
@@ -1007,14 +871,13 @@ class HubConfig:
     repo_prefix: str | None = None
     private: bool = True
 
-    def __post_init__(self):
+    def rules(self):
         if self.push_to_hub and not self.repo_prefix:
-            raise ValueError("hub.push_to_hub needs hub.repo_prefix (e.g. your-name/tiny-r1): the repos are "
-                             "<repo_prefix>-<stage>")
+            yield "push_to_hub", "needs hub.repo_prefix (e.g. your-name/tiny-r1): the repos are <repo_prefix>-<stage>"
 
 
 @dataclass
-class Recipe:
+class Recipe(Section):
     name: str
     seed: int = 0
     run_root: str = "runs"
@@ -1041,16 +904,14 @@ class Recipe:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     hub: HubConfig = field(default_factory=HubConfig)
 
-    def __post_init__(self):
+    RANGES: ClassVar[dict[str, str]] = {
+        "seed": "[0, 2**32) (torch, numpy and TRL take it)", "threads": ">= 1",
+        "sample_processes": ">= 1 (null: one per torch thread)"}
+
+    def rules(self):
         if not plain_folder_name(self.name):
-            raise ValueError(f"name: {self.name!r} must be a plain folder name (no path separators, not . or ..): "
-                             "it names the run folder <run_root>/<name>")
-        if any(n < 1 for n in self.threads.values()):
-            raise ValueError(f"threads: {self.threads}: every count must be at least 1")
-        if self.sample_processes is not None and self.sample_processes < 1:
-            raise ValueError(f"sample_processes: {self.sample_processes} must be at least 1 (or null)")
-        if not 0 <= self.seed < 2**32:
-            raise ValueError(f"seed: {self.seed} must be in [0, 2**32) (torch, numpy and TRL take it)")
+            yield "name", (f"{self.name!r} must be a plain folder name (no path separators, not . or ..): it names "
+                           "the run folder <run_root>/<name>")
 
     def stage_dir(self, stage: str) -> Path:
         root = Path(self.run_root)
@@ -1141,9 +1002,12 @@ def build(cls, data: Any, source: str, where: str):
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise RecipeError(f"{source}: missing required key {_join(where, name)!r}")
     try:
-        return cls(**kwargs)  # a section's __post_init__ checks relations between its fields
-    except (RecipeError, ValueError) as e:
-        raise RecipeError(f"{source}: {where or 'top level'}: {e}") from None
+        return cls(**kwargs)  # a section's __post_init__ checks its ranges and rules (Section)
+    except RecipeError as e:
+        if not e.problems:
+            raise RecipeError(f"{source}: {where or 'top level'}: {e}") from None
+        problems = tuple((_join(where, key), message) for key, message in e.problems)
+        raise RecipeError(f"{source}: " + "; ".join(f"{key}: {message}" for key, message in problems), problems) from None
 
 
 def _join(where: str, name: str) -> str:

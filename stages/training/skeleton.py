@@ -4,8 +4,9 @@ SFT, a reward model: ``grpo.py``, ``sft.py``, ``reward_model.py``), which carrie
     check → begin (fresh, resumed from checkpoint-N, or done) → seed → load → attention → prepare
     → TRL config → fit → sharded/atomic save (LoRA merged) → metrics → manifest → after
 
-And what that order is made of: precision (:func:`device_and_precision`), TRL's config (:func:`trl_args`),
-resume (:func:`begin`, :func:`last_complete_checkpoint`), :func:`fit`, the gather of sharded models
+And what that order is made of: precision (:func:`device_and_precision`), TRL's config (:func:`trl_args`: TRL's
+defaults < ``stages.pipeline.trl_policy``'s < the recipe's ``trl:``), resume (:func:`begin`,
+:func:`last_complete_checkpoint`), :func:`fit`, the gather of sharded models
 (:func:`whole_model`), :func:`save_final`, tracking, and the callbacks every trainer carries
 (:class:`TrackedRun`, :class:`StepProgress`, :class:`LossLog`). Resume and several processes:
 docs/training.md "skeleton.py".
@@ -142,7 +143,7 @@ def trl_args(cfg, *, output_dir: Path, seed: int, device: torch.device, bf16: bo
     """TRL's config (``cfg.TRL_CONFIG``: GRPOConfig, SFTConfig or RewardConfig) for a recipe section, and
     the settings given to it (for the manifest). ``owned``: what the trainer sets from its own fields
     (steps, batch, lengths…); it wins over the recipe's ``trl:``, which may not name it
-    (``stages.pipeline.recipe.SET_BY_PROJECT``)."""
+    (``stages.pipeline.trl_policy.SET_BY_PROJECT``)."""
     import trl
 
     cuda = device.type == "cuda"
@@ -321,7 +322,14 @@ def begin(ctx, *, key: str, final: Path, trainer_dir: Path, logs: Sequence[Path]
     ``stale`` outputs are deleted, since nothing in them belongs to this run. Resumed: from the last
     complete ``checkpoint-N`` of ``trainer_dir`` (partial ones deleted), or from step 0 when there is
     none; rows of ``logs`` past N are dropped and ``forget_after(N)`` forgets the trainer's other
-    records of those steps."""
+    records of those steps.
+
+    TRL/transformers checkpoints (``<trainer dir>/checkpoint-N``, every ``save_steps``) hold model, optimizer,
+    scheduler, RNG states and trainer state; ``trainer.train(resume_from_checkpoint=…)`` restores all of them.
+    Transformers writes ``trainer_state.json`` last, so a folder without it (or without weights, optimizer or
+    scheduler, or with a torn state file) is a checkpoint cut short by a crash: it is deleted, never loaded
+    (left in place, checkpoint rotation could delete a good one instead). A trainer that does not resume
+    (the reward models) starts over."""
     m = ctx.manifest
     if (ctx.resumed or getattr(ctx, "adopted", False)) and key in m.data["metrics"] and Path(final).is_dir():
         return Start(done=True)
