@@ -33,7 +33,7 @@ from eval.decode import set_sample_processes
 from stages.pipeline.common import is_main, load_tokenizer, run_once, save_model_atomically, world_size
 from stages.pipeline.manifest import MANIFEST_NAME, Manifest, ManifestError, hash_checkpoint
 from stages.pipeline.recipe import load_recipe
-from stages.pipeline.runner import StageContext, model_ref, stage_part, stage_threads
+from stages.pipeline.runner import StageContext, model_ref, stage_part, stage_sample_processes, stage_threads
 from stages.pipeline.threads import SideJob, fix_threads, fixed_threads
 from stages.release import register_release, release_path
 from stages.release import student_recipe as _student_recipe
@@ -372,7 +372,7 @@ def _prebuild_control(recipe_json: Path, base: str) -> None:
     distill_rl runs it, without its evaluations, in a scratch stage folder."""
     recipe = load_recipe(str(recipe_json))
     threads = fix_threads(None)["threads"]  # R1_THREADS, set by the SideJob
-    set_sample_processes(recipe.sample_processes)  # as distill_rl samples: the same draws
+    set_sample_processes(stage_sample_processes(recipe, "distill_rl"))  # as distill_rl samples: the same draws
     name = control_student(recipe)
     folder = control_prebuilt_dir(recipe, name)
     shutil.rmtree(folder, ignore_errors=True)  # a stale or half-trained one

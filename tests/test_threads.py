@@ -112,7 +112,8 @@ def test_the_recipe_fixes_each_stages_threads(monkeypatch, tmp_path):
     from stages.pipeline.recipe import load_recipe
 
     tiny = load_recipe("tiny")
-    assert tiny.threads == {"default": 1, "base": 2} and tiny.sample_processes == 2
+    assert tiny.threads == {"default": 1, "base": 2} and tiny.sample_processes == {"default": 2, "distill_rl": 1}
+    assert runner.stage_sample_processes(tiny, "stage1") == 2 and runner.stage_sample_processes(tiny, "distill_rl") == 1
     assert runner.stage_threads(tiny, "stage1") == 1 and runner.stage_threads(tiny, "base") == 2
     assert runner.stage_threads(load_recipe("tiny", ["threads={}"]), "stage1") is None
     seen = {}
@@ -125,6 +126,11 @@ def test_the_recipe_fixes_each_stages_threads(monkeypatch, tmp_path):
                                           "sample_processes=3"]), "base", body)
     assert (seen["threads"], seen["now"], seen["chosen_by"], seen["sample_processes"]) == (2, 2, "recipe", 3)
     assert seen["busy_elsewhere"] == 1.0
+    runner.run_stage(load_recipe("tiny", [f"run_root={tmp_path}", "threads={default: 1}", "base.release=null",
+                                          "sample_processes={default: 3, base: 1}"]), "base", body, restart=True)
+    assert (seen["threads"], seen["sample_processes"]) == (1, 1)  # the stage's own count over the default
+    with pytest.raises(ValueError, match="sample_processes: unknown stage stage9"):
+        runner.run_stage(load_recipe("tiny", ["sample_processes={stage9: 1}"]), "stage1", lambda ctx: None)
     torch.set_num_threads(CORES)
     if CORES > 1 and not torch.cuda.is_available():
         assert fix_threads(None)["chosen_by"] == "torch (the recipe fixes no count)"

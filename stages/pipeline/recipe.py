@@ -888,7 +888,7 @@ class Recipe(Section):
     # torch's default), and the single-threaded processes the CPU sampler shares its batches out between
     # (null: one per torch thread)
     threads: dict[str, int] = field(default_factory=dict)
-    sample_processes: int | None = None
+    sample_processes: int | dict[str, int] | None = None
     task_world: TaskWorldConfig | None = field(default_factory=TaskWorldConfig)
     data: DataConfig = field(default_factory=DataConfig)
     base: BaseConfig = field(default_factory=BaseConfig)

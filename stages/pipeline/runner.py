@@ -110,6 +110,13 @@ def stage_threads(recipe, stage: str) -> int | None:
     return recipe.threads.get(stage, recipe.threads.get("default"))
 
 
+def stage_sample_processes(recipe, stage: str) -> int | None:
+    """The recipe's count of CPU sampling processes for ``stage`` (``sample_processes``: one count, or a
+    mapping by stage with a ``default``); None: one per torch thread."""
+    counts = recipe.sample_processes
+    return counts.get(stage, counts.get("default")) if isinstance(counts, dict) else counts
+
+
 @contextmanager
 def side_work(ctx: StageContext, later: str, parts: tuple[str, ...], *, pending: bool = True):
     """``with side_work(ctx, "distill", ("sft",)):`` around those parts of the stage: when every one of them
@@ -183,7 +190,7 @@ def run_stage(recipe, stage: str, body: Callable[[StageContext], Path | str | No
     """
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; known: {', '.join(STAGES)}")
-    check_threads_keys(recipe.threads)
+    check_threads_keys(recipe.threads, recipe.sample_processes)
     parent_stage = STAGES[stage][1]
     init_distributed(recipe.launch.timeout_minutes)
     stage_dir = Path(stage_dir) if stage_dir is not None else recipe.stage_dir(stage)
@@ -196,12 +203,16 @@ def run_stage(recipe, stage: str, body: Callable[[StageContext], Path | str | No
         unlock_stage(stage_dir)
 
 
-def check_threads_keys(threads: dict) -> None:
-    """The recipe's ``threads`` names stages and parts of stages that exist."""
+def check_threads_keys(threads: dict, sample_processes=None) -> None:
+    """The recipe's ``threads`` names stages and parts of stages that exist, and ``sample_processes`` (as a
+    mapping) stages."""
     known = ["default", *STAGES, *(f"{s}.{p}" for s, parts in STAGE_PARTS.items() for p in parts)]
     unknown = sorted(set(threads) - set(known))
     if unknown:
         raise ValueError(f"threads: unknown stage or part {', '.join(unknown)}; known: {', '.join(known)}")
+    unknown = sorted(set(sample_processes or {}) - {"default", *STAGES}) if isinstance(sample_processes, dict) else []
+    if unknown:
+        raise ValueError(f"sample_processes: unknown stage {', '.join(unknown)}; known: default, {', '.join(STAGES)}")
 
 
 def side_work_for(stage: str, later: list[str]) -> dict[str, Callable]:
@@ -297,7 +308,7 @@ def _run_locked(recipe, stage, body, stage_dir: Path, parent_stage, restart, par
     ctx = StageContext(recipe, stage, stage_dir, manifest, parent, resumed, dict(reuse or {}), dict(side_work or {}),
                        rebuild=rebuild)
     threads = fix_threads(stage_threads(recipe, stage))  # the recipe's, for the whole stage: stages/pipeline/threads.py
-    threads["sample_processes"] = set_sample_processes(recipe.sample_processes)
+    threads["sample_processes"] = set_sample_processes(stage_sample_processes(recipe, stage))
     speed = {"start": core_speed()}  # the machine's speed, to compare this stage's minutes with other runs'
     manifest.update_metrics(threads=threads, core_gflops=speed)
     log.info("%s: %d torch thread(s), %d sampling process(es) on %d cores (%s%s)", stage, threads["threads"],
