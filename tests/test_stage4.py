@@ -119,18 +119,18 @@ def scripted(monkeypatch):
 def control_calls(monkeypatch):
     """What distill_rl asks the RL runner for, and how distill evaluates (model, template, folder)."""
     calls = {"run_rl": [], "evaluate": []}
-    real_rl, real_evaluate = stages.distill.run_rl, stages.distill.evaluate
+    real_rl, real_held_out = stages.distill.run_rl, stages.distill.held_out
 
     def run_rl(ctx, cfg, **kw):
         calls["run_rl"].append(kw)
         return real_rl(ctx, cfg, **kw)
 
-    def evaluate(recipe, model, tokenizer, rows, out_dir, model_path=None, prompt_template=None):
-        calls["evaluate"].append((model_path, prompt_template, Path(out_dir).name))
-        return real_evaluate(recipe, model, tokenizer, rows, out_dir, model_path, prompt_template)
+    def held_out(recipe, rows, **kw):
+        calls["evaluate"].append((kw.get("model_path"), kw.get("template"), Path(kw["out_dir"]).name))
+        return real_held_out(recipe, rows, **kw)
 
     monkeypatch.setattr(stages.distill, "run_rl", run_rl)
-    monkeypatch.setattr(stages.distill, "evaluate", evaluate)
+    monkeypatch.setattr(stages.distill, "held_out", held_out)
     return calls
 
 

@@ -34,7 +34,7 @@ def held_out(recipe, rows: list[dict], *, model=None, tokenizer=None, model_path
     from eval.runner import evaluate_rows
 
     cfg = dataclasses.replace(recipe.eval, **({"prompt_template": template} if template else {}), **protocol)
-    if model is None or (cfg.backend == "vllm" and model_path):
+    if model_path is not None and (model is None or cfg.backend == "vllm"):
         sampler, tokenizer = load_sampler(recipe, model_path, backend=cfg.backend, batch_size=cfg.batch_size)
     else:
         sampler = make_sampler("transformers", model=model, tokenizer=tokenizer, batch_size=cfg.batch_size)
