@@ -452,7 +452,6 @@ class GRPOJob(TrainingJob):
         self.m.save()
 
     def started(self, start) -> None:
-        self.start = start
         if self.ctx.resumed and self.m.data.get("resumes"):
             self.m.data["resumes"][-1]["from_step"] = self.cfg.steps if start.done else start.from_step
             self.m.save()
