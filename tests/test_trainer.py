@@ -644,3 +644,62 @@ def test_the_grpo_step_grpo_py_names_is_trls():
         assert re.search(rf"[`.]{name}``", grpo.__doc__) and callable(getattr(GRPOTrainer, name)), name
     loss_line = "per_token_loss = -torch.min(per_token_loss1, per_token_loss2)"
     assert loss_line in grpo.__doc__ and loss_line in inspect.getsource(GRPOTrainer._compute_loss)
+
+
+def test_train_section_runs_a_job_in_the_one_order_and_refuses_before_deleting(tmp_path, monkeypatch):
+    """stages.training.skeleton.train_section is where the order of every training job is written: a job's
+    hooks are called check → begin → started → seed → load → prepare → config → trainer → trained → save →
+    metrics → after; a refused tracker (or a job's own check) stops it before ``begin`` deletes anything; a
+    finished job only runs ``when_done``."""
+    from stages.training import skeleton
+
+    calls = []
+
+    class Job(skeleton.TrainingJob):
+        key, part, what, steps = "sft_x", "sft_x", "test SFT", 3
+        final, trainer_dir = tmp_path / "x", tmp_path / "x_trainer"
+
+        def __getattribute__(self, name):
+            if name in ("check", "started", "load", "prepare", "config", "callbacks", "trainer", "trained",
+                        "metrics", "after", "when_done", "forget_after"):
+                calls.append(name)
+            return object.__getattribute__(self, name)
+
+        def load(self, precision):
+            return torch.nn.Linear(1, 1), "tokenizer"
+
+        def config(self, **common):
+            return "args", {"output_dir": str(common["output_dir"])}
+
+        def trainer(self, model, tokenizer, args, callbacks):
+            return "trainer"
+
+    monkeypatch.setattr(skeleton, "set_seed", lambda seed: calls.append("seed"))
+    monkeypatch.setattr(skeleton, "set_attention", lambda model, cfg: calls.append("attention"))
+    monkeypatch.setattr(skeleton, "fit", lambda make, start, steps, model: (calls.append(f"fit {make()}"), (model, steps, None))[1])
+    monkeypatch.setattr(skeleton, "save_final", lambda model, tok, final: (calls.append("save"), final.mkdir())[0])
+    section = SimpleNamespace(seed=None, precision="fp32", attn_implementation="model")
+    recipe = SimpleNamespace(seed=0, device="cpu", name="tiny", stage="s", hash=lambda: "h",
+                             tracking=SimpleNamespace(report_to="none", integrations=[], project="p"))
+    ctx = ctx_at(tmp_path, resumed=False)
+    ctx.recipe, ctx.stage = recipe, "stage2"
+    ctx.manifest.update_metrics = lambda **kw: (calls.append("manifest"), ctx.manifest.data["metrics"].update(kw))
+    ctx.manifest.path = tmp_path / "manifest.json"
+
+    assert skeleton.train_section(ctx, section, Job()) == tmp_path / "x"
+    assert [c for c in calls if c != "forget_after"] == [
+        "check", "started", "seed", "load", "attention", "prepare", "config", "trainer", "callbacks", "fit trainer",
+        "trained", "save", "metrics", "manifest", "after"]
+    assert ctx.manifest.data["metrics"]["sft_x"]["precision"] == "fp32"
+
+    (tmp_path / "x_trainer").mkdir()  # an earlier run's outputs: a refused tracker must not delete them
+    recipe.tracking = SimpleNamespace(report_to="nope", integrations=["nope"], project="p")
+    with pytest.raises(ValueError, match="tracking.report_to: nope is not installed"):
+        skeleton.train_section(ctx, section, Job())
+    assert (tmp_path / "x").is_dir() and (tmp_path / "x_trainer").is_dir()
+
+    calls.clear()  # finished: the manifest has its record and the folder exists
+    recipe.tracking = SimpleNamespace(report_to="none", integrations=[], project="p")
+    ctx.resumed = True
+    assert skeleton.train_section(ctx, section, Job()) == tmp_path / "x"
+    assert [c for c in calls if c != "forget_after"] == ["check", "started", "when_done"]
