@@ -384,3 +384,7 @@ def test_several_optimizer_steps_per_generation_log_every_step_and_clipping(base
     assert m.status == "complete" and [row["step"] for row in rows] == [1, 2, 3, 4]
     assert all(row["entropy"] is not None and row["clip_ratio"] is not None for row in rows)
     assert [row["reward"] is not None for row in rows] == [True, False, True, False]  # generated on 1 and 3
+    # the first pass over a generation trains the policy that sampled it (ratio 1, nothing to clip); the
+    # second pass, one large step later, is clipped on some tokens: the regime in which clipping acts (F7)
+    assert rows[0]["clip_ratio"] == 0 and rows[2]["clip_ratio"] == 0
+    assert max(rows[1]["clip_ratio"], rows[3]["clip_ratio"]) > 0
