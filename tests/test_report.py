@@ -120,10 +120,14 @@ def curve(*rates_by_step):
     return {step: records(rates) for step, rates in rates_by_step}
 
 
-def test_f3_cold_start_judged_at_the_same_rl_step():
+def test_f3_cold_start_judged_against_rl_from_the_base_and_against_the_sft_alone():
     s1 = curve((0, LOW), (10, LOW), (40, LOW), (80, HIGH))
-    ahead = curve((0, HIGH), (10, HIGH), (40, HIGH))
-    assert verdicts.cold_start({0: (s1, ahead)}).verdict == "reproduced"
+    rl_adds = curve((0, LOW), (10, LOW), (40, HIGH))  # RL after the cold start beats both arms
+    assert verdicts.cold_start({0: (s1, rl_adds)}).verdict == "reproduced"
+    # ahead of stage 1 all along, but only by the SFT's head start (stage 3 is trained on stage 1's own
+    # outputs): RL adds nothing to the SFT alone, so the claim is not shown
+    head_start = curve((0, HIGH), (10, HIGH), (40, HIGH))
+    assert verdicts.cold_start({0: (s1, head_start)}).verdict == "not reproduced"
     assert verdicts.cold_start({0: (s1, curve((0, LOW), (10, LOW), (40, LOW)))}).verdict == "not reproduced"
     noisy = verdicts.cold_start({0: (curve((0, NOISY_BEFORE), (40, NOISY_BEFORE)),
                                      curve((0, NOISY_BEFORE), (40, NOISY_AFTER)))})
@@ -131,10 +135,12 @@ def test_f3_cold_start_judged_at_the_same_rl_step():
     # judged at step 40 (the last step both have), not at stage 1's step 80
     late = verdicts.cold_start({0: (curve((0, LOW), (40, LOW), (80, [1.0] * N)), curve((0, LOW), (40, HIGH)))})
     assert late.verdict == "reproduced"
-    # what RL adds after the cold start is reported apart from what the SFT alone gives
-    finding = verdicts.cold_start({0: (s1, ahead)})
+    # stage 1 catching up by step 40 is "not reproduced", however much RL added after the cold start
+    assert verdicts.cold_start({0: (curve((0, LOW), (40, HIGH)), rl_adds)}).verdict == "not reproduced"
+    finding = verdicts.cold_start({0: (s1, rl_adds)})
     text = "\n".join(finding.lines)
     assert "cold-start SFT alone" in text and "what RL adds after the cold start" in text
+    assert "SFT alone" in finding.claim and "step 0 (the SFT alone)" in finding.rule
 
 
 def general(helpful, harmful, rm):
