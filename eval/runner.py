@@ -105,8 +105,8 @@ def evaluate_rows(sampler, tokenizer, rows: list[dict], *, cfg, seed: int, out_d
     """Evaluate ``rows`` ({id, problem, answer, [lang]}) with the recipe's eval protocol ``cfg``,
     sampling through ``sampler`` (``eval.generate.make_sampler``).
 
-    With ``out_dir``, samples are appended to ``<out_dir>/samples.jsonl`` chunk by chunk (resumable)
-    and the summary written to ``<out_dir>/results.json``.
+    With ``out_dir``, samples are appended to ``<out_dir>/samples.jsonl`` chunk by chunk (resumable); the
+    summary is returned (``stages.training.evaluation.held_out`` writes it to ``<out_dir>/results.json``).
     """
     build = prompt_builder(cfg.prompt_template, tokenizer)
     temp = cfg.temperature if temperature is None else temperature

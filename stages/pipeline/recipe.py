@@ -341,7 +341,7 @@ class TrainerSection(Section):
     ``eval_every`` (RL and SFT sections; 0: off): every that many optimizer steps, held-out pass@1 of
     the model as it trains, one sample per problem on the first ``eval_problems`` held-out problems,
     logged as ``eval_pass@1`` with that step's metrics (metrics.jsonl and the tracker;
-    ``stages.training.skeleton.ProgressEvaluation``). A monitor: the stage's reported results are its full
+    ``stages.training.evaluation.DuringTraining``). A monitor: the stage's reported results are its full
     evaluations."""
 
     TRL_CONFIG: ClassVar[str] = ""

@@ -442,7 +442,6 @@ class GRPOJob(TrainingJob):
 
     # -- before training: where it starts, the model and data, the "before" evaluation -----------
     def check(self, precision) -> None:
-        self.device = precision.device
         self.precision = precision
         check_vllm(self.cfg, precision.device)
 
@@ -468,7 +467,7 @@ class GRPOJob(TrainingJob):
             set_attention(model, self.cfg)
             self.inputs(model, tokenizer)
         log.info("training already finished (%s); evaluating it", self.final)
-        model, tokenizer = load_model_and_tokenizer(str(self.final), device=self.device, dtype=self.precision.dtype,
+        model, tokenizer = load_model_and_tokenizer(str(self.final), device=self.precision.device, dtype=self.precision.dtype,
                                                     trust_remote_code=self.recipe.trust_remote_code)
         self.after(model, tokenizer)
         return self.final
@@ -519,7 +518,7 @@ class GRPOJob(TrainingJob):
             if len(self.train_rows) < cfg.steps * cfg.prompts_per_step:
                 log.warning("pass-rate filter: %d prompts for %d steps × %d prompts: the trainer goes through "
                             "them more than once", len(self.train_rows), cfg.steps, cfg.prompts_per_step)
-        if self.device.type == "cpu" and cfg.lora is None and not cfg.setting("use_vllm") and supports(model):
+        if self.precision.device.type == "cpu" and cfg.lora is None and not cfg.setting("use_vllm") and supports(model):
             # GRPO's rollouts go through model.generate: on the CPU default, the KV-cache loop instead
             model.generate = fast_generate(model)
 
@@ -547,7 +546,7 @@ class GRPOJob(TrainingJob):
         cfg = self.cfg
         log.info("GRPO: %d steps × %d prompts × %d samples, loss %s, lr %.1e, beta %g, %s, %s", cfg.steps,
                  cfg.prompts_per_step, cfg.num_generations, args.loss_type, args.learning_rate, args.beta,
-                 self.device.type, self.precision.name)
+                 self.precision.device.type, self.precision.name)
         trainer = grpo_trainer_class(cfg.length_buckets, cfg.dynamic_sampling)(
             model=model, args=args, processing_class=tokenizer, callbacks=callbacks, peft_config=lora_config(cfg.lora),
             reward_funcs=[self.recorder.wrap(n, f) for n, f in zip(self.names, self.funcs, strict=True)],
@@ -556,7 +555,7 @@ class GRPOJob(TrainingJob):
         if self.step_evaluations or cfg.eval_every:
             self.monitor = pass_at_1_monitor(self.recipe, tokenizer, self.eval_rows[: cfg.eval_problems], self.template)
             DuringTraining(self.evaluate_during, steps=self.step_evaluations, every=cfg.eval_every).install(trainer)
-        if self.device.type == "cpu" and getattr(getattr(trainer, "vllm_generation", None), "mode", None) == "colocate":
+        if self.precision.device.type == "cpu" and getattr(getattr(trainer, "vllm_generation", None), "mode", None) == "colocate":
             sync_through_reload(trainer.vllm_generation)  # vLLM's CPU build (check_vllm)
         return trainer
 
