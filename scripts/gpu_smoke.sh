@@ -17,6 +17,10 @@
 #                                      # model and vocabulary (a rehearsal where no GPU is lent)
 #   scripts/gpu_smoke.sh --cpu --vllm  # the rehearsal with vLLM's CPU build (`make setup-vllm`): every vLLM
 #                                      # path of the GPU run (engine, colocated GRPO), on the CPU
+#   scripts/gpu_smoke.sh --no-vllm     # a GPU with transformers generation (an image where vLLM cannot be
+#                                      # installed: scripts/device_setup.sh)
+# SMOKE_SETS="--set k=v …" adds settings (the GPU-only paths: stage1.gradient_checkpointing=true…);
+# SMOKE_LAUNCH=fsdp (ddp, zero2, zero3) runs the two training stages through scripts/launch, one process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LIMIT=${SMOKE_LIMIT:-480}
@@ -27,10 +31,12 @@ for arg in "$@"; do
   case $arg in
     --cpu) DEVICE=cpu; [[ " $* " == *" --vllm "* ]] || VLLM=false ;;
     --vllm) VENV=.venv-vllm ;;
-    *) echo "gpu_smoke: unknown argument $arg (--cpu, --cpu --vllm)"; exit 2 ;;
+    --no-vllm) VLLM=false ;;
+    *) echo "gpu_smoke: unknown argument $arg (--cpu, --cpu --vllm, --no-vllm)"; exit 2 ;;
   esac
 done
 [[ $DEVICE == cuda && $VENV == .venv-vllm ]] && { echo "gpu_smoke: --vllm goes with --cpu (a GPU uses .venv)"; exit 2; }
+[[ " $* " == *" --vllm "* && " $* " == *" --no-vllm "* ]] && { echo "gpu_smoke: --vllm and --no-vllm contradict"; exit 2; }
 PY=$VENV/bin/python
 R1=$VENV/bin/r1
 if [[ $VLLM == true ]]; then
@@ -64,6 +70,10 @@ SETS=(--set "run_root=$ROOT" --set "device=$DEVICE" --set base.release=null --se
       --set stage2.cold_start.sample=null --set stage2.sft.epochs=1 --set stage2.sft.batch_size=4
       --set stage2.sft.gradient_accumulation_steps=1 --set stage2.sft.precision=autocast)
 for s in "${SHAPE[@]}"; do SETS+=(--set "base.architecture.$s"); done
+read -r -a EXTRA <<< "${SMOKE_SETS:-}"
+SETS+=("${EXTRA[@]}")
+TRAIN=($R1)  # how stages 1 and 2 start
+[[ -n ${SMOKE_LAUNCH:-} ]] && TRAIN=($PY scripts/launch --config "$SMOKE_LAUNCH" --processes 1)
 $PY - "$ROOT/user_cot.jsonl" <<'PYEOF'
 import json, sys
 rows = [{"id": f"u{a}{b}", "problem": f"What is {a} + {b}?", "answer": str(a + b),
@@ -73,7 +83,7 @@ open(sys.argv[1], "w").write("".join(json.dumps(r) + "\n" for r in rows))
 PYEOF
 SETS+=(--set "stage2.cold_start.user_dataset={source: jsonl, name: $ROOT/user_cot.jsonl}")
 echo "gpu_smoke: $($PY -c "import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU')")," \
-     "device $DEVICE, vLLM $VLLM ($VENV), runs in $ROOT, limit $LIMIT s"
+     "device $DEVICE, vLLM $VLLM ($VENV), runs in $ROOT, limit $LIMIT s${SMOKE_LAUNCH:+, launch $SMOKE_LAUNCH}${SMOKE_SETS:+, $SMOKE_SETS}"
 
 fail() { echo "gpu_smoke: FAILED $*"; exit 1; }
 step() {  # step NAME SECONDS COMMAND…: runs the command within its limit (and the smoke's), prints its time
@@ -117,14 +127,14 @@ PYEOF
 
 step base 120 $R1 base --recipe tiny "${SETS[@]}"
 check base "len(m['metrics']['pretrain']['loss_curve']) == 3 and m['metrics']['probe']['samples'] == 16"
-step stage1 240 $R1 stage1 --recipe tiny "${SETS[@]}"
+step stage1 240 "${TRAIN[@]}" stage1 --recipe tiny "${SETS[@]}"
 check stage1 "m['metrics']['train']['steps'] == 2 and m['metrics']['train']['trl']['use_vllm'] == ('$VLLM' == 'true') and m['metrics']['eval_after']['samples'] == 16"
 step eval 120 $R1 eval --recipe tiny --model "$ROOT/tiny/stage1/checkpoint" --bench task --k 2 --limit 8 \
   --backend $BACKEND --out "$ROOT/eval" "${SETS[@]}"
 $PY -c "import json, sys; t = json.load(open(sys.argv[1]))['benchmarks']['task']; sys.exit(not (t['samples'] == 16 and 'pass@1' in t))" \
   "$ROOT/eval/results.json" || fail "eval: $ROOT/eval/results.json has no pass@1 over 8 problems × 2 samples"
 echo "gpu_smoke: ok eval: 8 problems × 2 samples through $BACKEND"
-step stage2 120 $R1 stage2 --recipe tiny "${SETS[@]}"
+step stage2 120 "${TRAIN[@]}" stage2 --recipe tiny "${SETS[@]}"
 check stage2 "m['metrics']['sft_checkpoint']['steps'] == 2"
 reloads "$ROOT/tiny/base/checkpoint" "$ROOT/tiny/stage1/checkpoint" "$ROOT/tiny/stage2/checkpoint"
 echo "gpu_smoke: all checks passed in $(( $(date +%s) - START )) s"
