@@ -17,7 +17,7 @@ rm -rf .venv && $PY -m venv --without-pip .venv
 VENV_SITE=$(.venv/bin/python -c "import site; print(site.getsitepackages()[0])")
 echo "$IMAGE_SITE" > "$VENV_SITE/zz-image.pth"
 .venv/bin/python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$VENV_SITE" "$WHEELS"/*.whl
-.venv/bin/python -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir -e .
+.venv/bin/python -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --ignore-requires-python -e .
 .venv/bin/python - <<'EOF'
 import importlib.metadata as md, torch
 names = ["torch", "transformers", "trl", "peft", "accelerate", "datasets", "math-verify", "pyarrow"]

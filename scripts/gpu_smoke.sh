@@ -5,8 +5,12 @@
 # the project's own stage code, and the script checks what each stage wrote:
 #   1. base: the model, pretrained for 3 small steps on the CPU (the tiny base's pretraining loop never runs
 #      on a GPU; a real base is registered, not pretrained), probed through vLLM's offline engine;
-#   2. stage 1: 2 GRPO steps with vLLM colocated (bf16 autocast; the overlong penalty gives an untrained
-#      model's groups different rewards, so the weights move), evaluated before and after through vLLM;
+#   2. stage 1: 2 GRPO steps with vLLM colocated (bf16 autocast), evaluated before and after through vLLM.
+#      An untrained model of the real vocabulary never ends a completion (every one is cut at the same
+#      length) and earns nothing, so every group's rewards are equal and GRPO's advantages zero: the smoke
+#      adds a reward that differs between random texts (its share of distinct characters, a custom reward
+#      by import path) and checks that some groups had different rewards, so that "the weights moved" means
+#      a gradient step moved them;
 #   3. eval: 8 held-out problems × 2 samples through `r1 eval --backend vllm`;
 #   4. stage 2: 2 SFT steps of the base on a cold-start file;
 #   5. the checkpoints of stages 1 and 2 reloaded in a fresh process: whole, and trained.
@@ -63,8 +67,8 @@ SETS=(--set "run_root=$ROOT" --set "device=$DEVICE" --set base.release=null --se
       --set launch.vllm_enforce_eager=true
       --set stage1.steps=2 --set stage1.prompts_per_step=8 --set stage1.num_generations=4
       --set stage1.gradient_accumulation_steps=1 --set "stage1.eval_steps=[]" --set stage1.precision=autocast
-      --set stage1.max_completion_length=64 --set "stage1.rewards={format: 1.0, accuracy: 1.0, overlong: 1.0}"
-      --set stage1.overlong_max_length=64 --set stage1.overlong_buffer=48 --set stage1.trl.learning_rate=1e-3
+      --set stage1.max_completion_length=64 --set stage1.trl.learning_rate=1e-3
+      --set "stage1.rewards={format: 1.0, accuracy: 1.0, smoke_rewards.distinct_chars: 1.0}"
       --set stage1.trl.save_steps=1 --set "stage1.trl.use_vllm=$VLLM" --set stage1.trl.vllm_mode=colocate
       --set stage1.trl.vllm_gpu_memory_utilization=$MEMORY
       --set stage2.cold_start.sample=null --set stage2.sft.epochs=1 --set stage2.sft.batch_size=4
@@ -74,6 +78,13 @@ read -r -a EXTRA <<< "${SMOKE_SETS:-}"
 SETS+=("${EXTRA[@]}")
 TRAIN=($R1)  # how stages 1 and 2 start
 [[ -n ${SMOKE_LAUNCH:-} ]] && TRAIN=($PY scripts/launch --config "$SMOKE_LAUNCH" --processes 1)
+cat > "$ROOT/smoke_rewards.py" <<'PYEOF'
+def distinct_chars(completions, **kwargs):
+    """The share of distinct characters in each completion: it differs between an untrained model's samples."""
+    texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+    return [len(set(t)) / max(len(t), 1) for t in texts]
+PYEOF
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 $PY - "$ROOT/user_cot.jsonl" <<'PYEOF'
 import json, sys
 rows = [{"id": f"u{a}{b}", "problem": f"What is {a} + {b}?", "answer": str(a + b),
@@ -128,7 +139,7 @@ PYEOF
 step base 120 $R1 base --recipe tiny "${SETS[@]}"
 check base "len(m['metrics']['pretrain']['loss_curve']) == 3 and m['metrics']['probe']['samples'] == 16"
 step stage1 240 "${TRAIN[@]}" stage1 --recipe tiny "${SETS[@]}"
-check stage1 "m['metrics']['train']['steps'] == 2 and m['metrics']['train']['trl']['use_vllm'] == ('$VLLM' == 'true') and m['metrics']['eval_after']['samples'] == 16"
+check stage1 "m['metrics']['train']['steps'] == 2 and m['metrics']['train']['mean_frac_reward_zero_std'] < 1 and m['metrics']['train']['trl']['use_vllm'] == ('$VLLM' == 'true') and m['metrics']['eval_after']['samples'] == 16"
 step eval 120 $R1 eval --recipe tiny --model "$ROOT/tiny/stage1/checkpoint" --bench task --k 2 --limit 8 \
   --backend $BACKEND --out "$ROOT/eval" "${SETS[@]}"
 $PY -c "import json, sys; t = json.load(open(sys.argv[1]))['benchmarks']['task']; sys.exit(not (t['samples'] == 16 and 'pass@1' in t))" \
