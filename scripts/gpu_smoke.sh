@@ -23,7 +23,7 @@
 #                                      # path of the GPU run (engine, colocated GRPO), on the CPU
 #   scripts/gpu_smoke.sh --no-vllm     # a GPU with transformers generation (an image where vLLM cannot be
 #                                      # installed: scripts/device_setup.sh)
-# SMOKE_SETS="--set k=v …" adds settings (the GPU-only paths: stage1.gradient_checkpointing=true…);
+# SMOKE_SETS="--set k=v --set 'k2={a: 1}' …" (shell words) adds settings (the GPU-only paths: stage1.gradient_checkpointing=true…);
 # SMOKE_LAUNCH=fsdp (ddp, zero2, zero3) runs the two training stages through scripts/launch, one process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -74,7 +74,7 @@ SETS=(--set "run_root=$ROOT" --set "device=$DEVICE" --set base.release=null --se
       --set stage2.cold_start.sample=null --set stage2.sft.epochs=1 --set stage2.sft.batch_size=4
       --set stage2.sft.gradient_accumulation_steps=1 --set stage2.sft.precision=autocast)
 for s in "${SHAPE[@]}"; do SETS+=(--set "base.architecture.$s"); done
-read -r -a EXTRA <<< "${SMOKE_SETS:-}"
+eval "EXTRA=(${SMOKE_SETS:-})"  # shell words: quote a value with spaces
 SETS+=("${EXTRA[@]}")
 TRAIN=($R1)  # how stages 1 and 2 start
 [[ -n ${SMOKE_LAUNCH:-} ]] && TRAIN=($PY scripts/launch --config "$SMOKE_LAUNCH" --processes 1)
