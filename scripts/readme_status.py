@@ -33,13 +33,17 @@ def render(summary: dict, label: str) -> str:
              f"Held-out: the task world's test split, k={summary['protocol'].get('k')} samples per problem at "
              f"T={summary['protocol'].get('temperature')}, top-p {summary['protocol'].get('top_p')}; intervals: "
              f"{summary['interval_method']}. Training seeds: {summary['seeds']}.", "",
-             "| stage | status | wall | held-out pass@1 [95% CI] | T |", "|---|---|---|---|---|"]
+             "| stage | status | wall | held-out pass@1 [95% CI] | over training seeds | T |",
+             "|---|---|---|---|---|---|"]
     for stage, row in summary["stages"].items():
         p = row.get("pass@1")
         cell = f"{p['mean']:.3f} [{p['lo']:.3f}, {p['hi']:.3f}]" if p else "–"
+        spread = row.get("over_seeds")
+        seeds = (f"mean {spread['mean']:.3f}, range [{spread['min']:.3f}, {spread['max']:.3f}], {spread['n']} seeds"
+                 if spread else "one draw" if p else "–")
         wall = f"{row['wall_min']:.1f} min" if row.get("wall_min") is not None else "–"
         temperature = row.get("temperature")
-        lines.append(f"| {TITLES.get(stage, stage)} | {row['status']} | {wall} | {cell} | "
+        lines.append(f"| {TITLES.get(stage, stage)} | {row['status']} | {wall} | {cell} | {seeds} | "
                      f"{temperature if temperature is not None else '–'} |")
     lines += ["", "Findings (the report gives each one's rule, every number and the seeds):", ""]
     for f in summary["findings"]:

@@ -4,6 +4,7 @@ missing, never as zeros."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
 from pathlib import Path
@@ -277,20 +278,30 @@ def test_report_says_when_a_finding_does_not_reproduce(tmp_path):
 def test_report_pairs_the_findings_seeds(tmp_path):
     run_dir = fixture_run(tmp_path, HIGH)
     r = load_recipe("tiny", [f"run_root={tmp_path}"])
-    for seed in (1, 2):
+    for seed, rates in ((1, HIGH), (2, [0.5] * N)):
         folder = run_dir / "findings" / f"seed{seed}" / "stage1"
-        before, after = with_lengths(records(LOW, seed=seed), 20), with_lengths(records(HIGH, seed=seed), 40)
+        before, after = with_lengths(records(LOW, seed=seed), 20), with_lengths(records(rates, seed=seed), 40)
         _write(folder / "eval_before" / "samples.jsonl", before)
         _write(folder / "eval_after" / "samples.jsonl", after)
         _stage(r, "stage1", None, folder=folder, eval_before=_summary(before), eval_after=_summary(after),
                train={"steps": 80})
     text = build_report(run_dir).read_text()
     assert "Training seeds measured: [0, 1, 2]" in text and "over 3 seeds" in text
+    # the headline numbers carry their seed spread, and the rest say they are one draw
+    assert ("stage 1: R1-Zero (RL from the base): held-out pass@1 over 3 training seeds: mean 0.667, sd 0.144, "
+            "range [0.500, 0.750] (seed 0: 0.750, seed 1: 0.750, seed 2: 0.500)") in text
+    assert "Every other number in the table is one draw" in text
+    stages = json.loads((run_dir / "report" / "summary.json").read_text())["stages"]
+    assert stages["stage1"]["over_seeds"]["pass@1"] == [0.75, 0.75, 0.5] and stages["stage3"].get("over_seeds") is None
+    spec = importlib.util.spec_from_file_location("readme_status", REPO / "scripts" / "readme_status.py")
+    readme_status = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(readme_status)
+    status = readme_status.render(json.loads((run_dir / "report" / "summary.json").read_text()), "runs/tiny")
+    assert "| 0.750 [0.750, 0.750] | mean 0.667, range [0.500, 0.750], 3 seeds | 0.6 |" in status
+    assert "| one draw |" in status  # the base's probe
 
 
 def test_readme_status_is_made_from_the_report_and_checked_against_it(tmp_path):
-    import importlib.util
-
     spec = importlib.util.spec_from_file_location("readme_status", REPO / "scripts" / "readme_status.py")
     readme_status = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(readme_status)
@@ -306,7 +317,7 @@ def test_readme_status_is_made_from_the_report_and_checked_against_it(tmp_path):
     assert readme_status.main([str(run_dir), "--readme", str(readme), "--write"]) == 0
     assert readme_status.main([str(run_dir), "--readme", str(readme), "--check"]) == 0
     text = readme.read_text()
-    assert "| stage 1, R1-Zero | complete | 1.5 min | 0.750 [0.750, 0.750] | 0.6 |" in text and text.endswith("rest\n")
+    assert "| stage 1, R1-Zero | complete | 1.5 min | 0.750 [0.750, 0.750] | one draw | 0.6 |" in text and text.endswith("rest\n")
     readme.write_text(text.replace("0.750 [0.750", "0.760 [0.750"))  # a hand edit
     assert readme_status.main([str(run_dir), "--readme", str(readme), "--check"]) == 1
 

@@ -26,7 +26,7 @@ from data.taskworld import misconceived_facts
 from data.timing import KINDS
 from eval import verdicts
 from eval.plots import plot_step_curves, plot_training
-from eval.stats import METHOD, estimate, per_problem
+from eval.stats import METHOD, across_seeds, estimate, per_problem
 from stages.commands.findings import CLIP_VARIANTS, VARIANTS, variant_dir
 from stages.pipeline.manifest import MANIFEST_NAME, Manifest, ManifestError
 from stages.training.records import held_out_by_step
@@ -92,9 +92,47 @@ def _row(name: str, status: str, ev: dict | None, m: Manifest | None, folder: Pa
             f"{metrics['peak_rss_mb']:.0f} MB" if metrics.get("peak_rss_mb") else "–"]
 
 
+SEEDED = ("stage1", "stage3")  # the stages `make findings` trains again with other seeds
+
+
+def over_seeds(run_dir: Path, stage: str) -> dict | None:
+    """A stage's held-out pass@1 on each training seed that has a complete run of it (seed 0: the pipeline's;
+    the others: ``make findings``), with their mean, standard deviation and range; None when only one seed has
+    one (a single draw)."""
+    by_seed = {}
+    for seed in _seeds(run_dir):
+        folder = variant_dir(run_dir, seed, stage)
+        records = _samples(folder / "eval_after") if _complete(folder) else []
+        if records:
+            by_seed[seed] = estimate(list(per_problem(records).values())).mean
+    if len(by_seed) < 2:
+        return None
+    return {"seeds": sorted(by_seed), "pass@1": [by_seed[s] for s in sorted(by_seed)],
+            **across_seeds(list(by_seed.values()))}
+
+
+def seed_lines(run_dir: Path) -> list[str]:
+    """What the results table's numbers are: one draw each, except the stages re-run over seeds."""
+    lines = []
+    for stage in SEEDED:
+        spread = over_seeds(run_dir, stage)
+        if spread:
+            each = ", ".join(f"seed {s}: {v:.3f}" for s, v in zip(spread["seeds"], spread["pass@1"], strict=True))
+            lines.append(f"- {STAGE_TITLES[stage]}: held-out pass@1 over {spread['n']} training seeds: mean "
+                         f"{spread['mean']:.3f}, sd {spread['sd']:.3f}, range [{spread['min']:.3f}, {spread['max']:.3f}] "
+                         f"({each}).")
+    seeded = [STAGE_TITLES[s] for s in SEEDED if over_seeds(run_dir, s)]
+    lines.append("- Every other number in the table is one draw: one training seed (the pipeline's), its interval "
+                 "covering the problems sampled, not the training." if seeded else
+                 "- Every number in the table is one draw: one training seed (the pipeline's); its interval covers "
+                 "the problems sampled, not the training (`make findings` trains stages 1 and 3 on more seeds).")
+    return lines
+
+
 def stage_summary(run: dict, run_dir: Path) -> dict:
     """Per stage, machine-readable (``report/summary.json``, which the README's status is made from):
-    status, wall minutes, the evaluation's temperature, pass@1 with its interval."""
+    status, wall minutes, the evaluation's temperature, pass@1 with its interval, and for the stages
+    ``make findings`` re-trains, pass@1 over the training seeds (``over_seeds``; null: one draw)."""
     out = {}
     for stage in STAGE_TITLES:
         m = run[stage]
@@ -107,7 +145,8 @@ def stage_summary(run: dict, run_dir: Path) -> dict:
         records = _samples(run_dir / stage / ("probe" if probe else "eval_after"))
         out[stage] = {"status": m.status, "wall_min": round(metrics["wall_seconds"] / 60, 1)
                       if metrics.get("wall_seconds") else None, "temperature": ev.get("temperature"),
-                      "pass@1": estimate(list(per_problem(records).values())).to_dict() if records else None}
+                      "pass@1": estimate(list(per_problem(records).values())).to_dict() if records else None,
+                      "over_seeds": over_seeds(run_dir, stage) if stage in SEEDED else None}
     return out
 
 
@@ -371,7 +410,7 @@ def build_report(run_dir: Path) -> Path:
              f"own temperature, in column T); stages 2 onwards in the chat template. pass@1 is shown with its 95% "
              f"interval ({METHOD}). `–`: not measured; `missing`: the stage has not run.", "",
              _table(["stage", "status", "T", "pass@1 [95% CI]", "cons@k", "pass@k", "mean length", "language mix",
-                     "wall", "peak memory"], stage_rows(run, run_dir)), "",
+                     "wall", "peak memory"], stage_rows(run, run_dir)), "", *seed_lines(run_dir), "",
              "Where the minutes go, in seconds of wall time (each second counted once, for the innermost kind of "
              "work: an evaluation's sampling is `sampling`; GRPO's rollouts are `training`; `startup` is the "
              "process's start to the stage body; `core GFLOP/s`: one core's fp32 matmul speed when the stage "
