@@ -33,6 +33,7 @@ def sample(
     progress: bool = True,
     use_decode: bool | None = None,
     processes: int | None = None,
+    logits_processor: list | None = None,
 ) -> list[list[dict]]:
     """``n`` completions per prompt: ``[[{"text", "num_tokens", "truncated"}, …n], …prompts]``.
 
@@ -49,10 +50,14 @@ def sample(
     ``sample_processes`` (``eval.decode.sample_processes``). Single-threaded processes sample
     faster than one process with as many threads, and a neighbour slows them in proportion
     (docs/speed.md).
+    ``logits_processor``: transformers logits processors applied at every step (``eval.intervene``); they
+    need ``generate``, one process.
     """
     from eval.decode import in_processes, sample_processes, supports
 
-    fast = supports(model) if use_decode is None else use_decode
+    if logits_processor and use_decode:
+        raise ValueError("logits processors run in transformers' generate, not the KV-cache loop (use_decode)")
+    fast = (supports(model) if use_decode is None else use_decode) and not logits_processor
     tokenizer.padding_side = "left"
     flat = [p for p in prompts for _ in range(n)]
     batches = [flat[start : start + batch_size] for start in range(0, len(flat), batch_size)]
@@ -86,6 +91,7 @@ def sample(
             max_new_tokens=max_new_tokens,
             pad_token_id=tokenizer.pad_token_id,
             eos_token_id=stop_ids,
+            **({"logits_processor": _processors(logits_processor)} if logits_processor else {}),
         )
         out = []
         for row in gen[:, enc["input_ids"].shape[1] :]:  # (batch, ≤ max_new_tokens): completion tokens only
@@ -114,6 +120,12 @@ def sample(
         model.train(was_training)
     out = [row for rows in results for row in rows]
     return [out[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+
+def _processors(processors: list):
+    from transformers import LogitsProcessorList
+
+    return LogitsProcessorList(processors)
 
 
 def stop_token_ids(generation_config, tokenizer) -> list[int]:
@@ -218,21 +230,25 @@ def free_memory() -> None:
 
 def make_sampler(backend: str, *, model=None, tokenizer=None, model_path: str | None = None, seed: int = 0,
                  batch_size: int = 64, tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
-                 max_model_len: int | None = None, enforce_eager: bool = False, trust_remote_code: bool = False):
+                 max_model_len: int | None = None, enforce_eager: bool = False, trust_remote_code: bool = False,
+                 logits_processor: list | None = None):
     """A function ``(prompts, n=, temperature=, top_p=, max_new_tokens=, seed=, desc=) -> completions``:
     ``model`` sampled by :func:`sample` (``transformers``), or the checkpoint ``model_path`` by vLLM's
-    engine (``vllm``: :class:`VLLMSampler`, ``tokenizer`` the checkpoint's own).
+    engine (``vllm``: :class:`VLLMSampler`, ``tokenizer`` the checkpoint's own). ``logits_processor``:
+    transformers only (:func:`sample`).
 
     A prompt that ends inside an opened think block (a chat template that prefills ``<think>``,
     ``data.templates.prefilled_think``) gets that opening put back in front of each of its completions'
     texts, so every reader sees ``<think> … </think> …``; ``num_tokens`` still counts generated tokens."""
+    if backend == "vllm" and logits_processor:
+        raise ValueError("logits processors are for the transformers backend")
     if backend == "vllm":
         engine_sample = VLLMSampler(model_path, tokenizer, seed=seed, tensor_parallel_size=tensor_parallel_size,
                                     gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
                                     enforce_eager=enforce_eager, trust_remote_code=trust_remote_code)
     elif backend == "transformers":
         def engine_sample(prompts, **kw):
-            return sample(model, tokenizer, prompts, batch_size=batch_size, **kw)
+            return sample(model, tokenizer, prompts, batch_size=batch_size, logits_processor=logits_processor, **kw)
     else:
         raise ValueError(f"unknown generation backend {backend!r} (transformers or vllm)")
 

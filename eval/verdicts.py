@@ -199,20 +199,44 @@ def _aha_lines(before: Records, after: Records, share: tuple, gap: tuple, miscon
     return lines, data
 
 
-def aha(runs: Mapping[int, tuple[Records, Records]], misconceptions: frozenset[str] = frozenset()) -> Finding:
+def _intervention_lines(intervention: Mapping[str, tuple[Records, Records]], seed: int
+                        ) -> tuple[list[str], dict[str, Estimate]]:
+    """The within-model effect of checking: per model, pass@1 with checks forced − suppressed at every step
+    (eval/intervene.py), paired by problem, and how many chains of thought checked in each arm."""
+    lines, diffs = [], {}
+    for model, (forced, suppressed) in intervention.items():
+        accuracy = {arm: _share(records, lambda r: float(r["correct"])) for arm, records in
+                    (("forced", forced), ("suppressed", suppressed))}
+        diffs[model] = paired_difference(accuracy["suppressed"], accuracy["forced"], seed)
+        checked = {arm: sum(r.get("recheck") not in (None, "plain") for r in records) for arm, records in
+                   (("forced", forced), ("suppressed", suppressed))}
+        lines.append(_diff_line(f"{'stage 1' if model == 'stage1' else model}, one model: pass@1 with checks "
+                                f"suppressed → forced at every step", estimate(list(accuracy["suppressed"].values())),
+                                estimate(list(accuracy["forced"].values())), diffs[model])
+                     + f" (samples with checks: {checked['suppressed']} of {len(suppressed)} suppressed, "
+                       f"{checked['forced']} of {len(forced)} forced)")
+    return lines, diffs
+
+
+def aha(runs: Mapping[int, tuple[Records, Records]], misconceptions: frozenset[str] = frozenset(),
+        intervention: Mapping[str, tuple[Records, Records]] | None = None) -> Finding:
     """F0. ``runs``: seed → (stage 1's held-out samples before training, after training), each labelled
     by eval/recheck.py (``recheck``: plain, rechecked, corrected). ``misconceptions``: the facts the
     base's corpus writes wrong (``data.taskworld.misconceived_facts``), to tell planted facts from the
-    model's own slips in the verification rates."""
+    model's own slips in the verification rates. ``intervention``: model (``base``, ``stage1``) → (its
+    samples with checks forced, with checks suppressed) on the same problems (``make findings``, the
+    lowest seed's models): the accuracy half is then stage 1's forced − suppressed pass@1."""
     claim = ("R1-Zero's \"aha\" moment, at toy scale: pure RL, rewarded for correct answers only, amplifies a check "
-             "routine the corpus planted (rare in the base), and checked chains of thought are more often right "
-             "than plain ones of the same model")
+             "routine the corpus planted (rare in the base), and checking makes the same model more often right")
     rule = (_rule("share of chains of thought with checks, after − before stage 1", +1, ACC_MARGIN) + "; and "
-            "likewise for the accuracy of checked − plain chains of thought of the model after stage 1, paired on "
-            "the problems where it wrote both (no other model's samples stand in: where no problem has both, "
-            "that half is not testable); the finding is reproduced if both are, not reproduced if either is "
-            "not, inconclusive otherwise. Whether the checks verify (slips caught, rubber stamps, false alarms, "
-            "before and after) is shown, not judged")
+            "likewise for the effect of checking inside the model after stage 1: its pass@1 with a check forced "
+            "after every step − with checks suppressed, the same problems, paired (eval/intervene.py; `make "
+            "findings`). Until that has run, the accuracy of its checked − plain chains of thought, paired on "
+            "the problems where it wrote both, stands in (confounded by which problems it checks; no other "
+            "model's samples stand in; where no problem has both, that half is not testable). The finding is "
+            "reproduced if both halves are, not reproduced if either is not, inconclusive otherwise. The base's "
+            "own forced − suppressed effect (was checking already useful before RL?) and whether the checks "
+            "verify (slips caught, rubber stamps, false alarms, before and after) are shown, not judged")
     runs = {s: r for s, r in runs.items() if any(x.get("recheck") is not None for x in r[1])}
     if not runs:
         return _not_measured("F0", claim, rule, "stage 1's held-out samples carry no check labels")
@@ -235,6 +259,16 @@ def aha(runs: Mapping[int, tuple[Records, Records]], misconceptions: frozenset[s
             lines, data = _aha_lines(before, after, (sb, sa, share_d[seed], share_v[seed]),
                                      (gap_d.get(seed), gap_v[seed]), misconceptions, seed)
     head = min(runs)
+    if intervention and "stage1" in intervention:  # the intervention replaces the observational gap
+        more, effects = _intervention_lines(intervention, head)
+        effect_v = verdict(effects["stage1"], +1, ACC_MARGIN)
+        lines[1:1] = [line + (f" ({effect_v}: the judged half)" if line.startswith("stage 1") else " (shown)")
+                      for line in more]
+        lines = [line + " — shown, not judged: the intervention is" if line.startswith("after stage 1, accuracy of "
+                 "checked − plain") else line for line in lines]
+        finding_v[head] = combine([share_v[head], effect_v])
+        data["intervention"] = {m: d.to_dict() for m, d in effects.items()}
+        data["intervention_verdict"] = effect_v
     seeds = []
     if len(runs) > 1:
         seeds.append(_seed_line("Δ share with checks", share_d, share_v))

@@ -477,3 +477,58 @@ def test_f7_is_judged_where_entropy_moves():
     floor = [0.25] + [0.001] * 50
     short = verdicts.clip_higher({0: (entropy_rows(floor), entropy_rows(floor))})
     assert short.verdict == "not testable" and "1 steps to judge, under 5" in short.lines[1]
+
+
+def arm(accuracy: list[float], checked: bool) -> list[dict]:
+    """An intervention arm's samples: each problem right at its rate (in quarters), every sample checked or none."""
+    return [dict(r, recheck="rechecked" if checked else "plain") for r in records(accuracy)]
+
+
+def test_f0_judges_checking_by_the_intervention_inside_one_model():
+    """With checks forced and suppressed in the same model on the same problems (eval/intervene.py), that
+    paired effect is F0's accuracy half, not the checked − plain gap of the model's own choices, which the
+    problems it chose to check confound."""
+    before, after = checks([0.0] * N, 0.5, 0.5), checks([0.5] * N, 0.95, 0.4)  # its own checks look great
+    assert verdicts.aha({0: (before, after)}).verdict == "reproduced"  # without the intervention
+    useless = {"stage1": (arm([0.5] * N, True), arm([0.5] * N, False)),
+               "base": (arm([0.25] * N, True), arm([0.25] * N, False))}
+    finding = verdicts.aha({0: (before, after)}, intervention=useless)
+    assert finding.verdict == "not reproduced" and finding.data["intervention_verdict"] == "not reproduced"
+    assert finding.data["intervention"]["stage1"]["mean"] == 0.0
+    assert any(line.startswith("stage 1, one model: pass@1 with checks suppressed → forced at every step: 0.500")
+               and "samples with checks: 0 of 800 suppressed, 800 of 800 forced" in line and "judged" in line
+               for line in finding.lines), finding.lines
+    assert any(line.startswith("base, one model") and line.endswith("(shown)") for line in finding.lines)
+    assert any("shown, not judged: the intervention is" in line for line in finding.lines)
+    helps = {"stage1": (arm([0.75] * N, True), arm([0.25] * N, False))}
+    assert verdicts.aha({0: (before, after)}, intervention=helps).verdict == "reproduced"
+    # the intervention cannot rescue a routine RL did not select
+    assert verdicts.aha({0: (before, checks([0.0] * N, 0.5, 0.5))}, intervention=helps).verdict == "not reproduced"
+
+
+def test_check_intervention_bans_the_right_tokens():
+    """Suppressed: the tokens that open a check, everywhere. Forced: after a fact written outside a check,
+    only an opening or a digit (the number going on); inside a check, or anywhere else, nothing."""
+    import torch
+
+    from eval.intervene import CheckIntervention
+    from stages.pipeline.common import load_tokenizer
+
+    tok = load_tokenizer(str(REPO / "recipes" / "tiny" / "base"))
+    texts = [tok.decode([i]) for i in range(len(tok))]
+
+    def banned(mode: str, text: str) -> set[str]:
+        ids = torch.tensor([tok(text, add_special_tokens=False)["input_ids"]])
+        out = CheckIntervention(tok, mode)(ids, torch.zeros(1, len(tok)))
+        return {texts[i] for i in torch.isinf(out[0]).nonzero()[:, 0].tolist()}
+
+    everywhere = banned("suppressed", "<think>7+5=12 write 2")
+    assert everywhere and all("(" in t or "（" in t for t in everywhere) and " (check " in everywhere
+    for fact in ("<think>8+4=12", "<think>13-1-4=8", "<think>先算 67+20：7+0=7写7，6+2=8",
+                 "<think>8+4=13 (check 13-4=9, not 8; wait, 8+4=12) write 2, 3+5=8"):
+        allowed = set(texts) - banned("forced", fact)
+        assert allowed and all(t.strip().isdigit() or "(" in t or "（" in t for t in allowed), (fact, allowed)
+        assert " write " in banned("forced", fact) and " (check " not in banned("forced", fact)
+    for elsewhere in ("<think>8+4=12 (check 12-4=8", "<think>8+4=13 (check 13-4=9, not 8; wait, 8+4=12",
+                      "<think>8+4=12 write 2", "<think>first 67+20:"):
+        assert banned("forced", elsewhere) == set(), elsewhere

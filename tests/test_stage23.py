@@ -168,3 +168,25 @@ def test_a_moved_run_folder_still_chains_and_resumes(chain, tmp_path, capsys):
     assert Path(m.checkpoint).resolve() == (moved / "stage1" / "checkpoint").resolve() and m.verify_checkpoint() == []
     assert m.parent_path.resolve() == (moved / "base" / "manifest.json").resolve()
     assert main(["status", str(moved)]) == 0 and "stage1   complete" in capsys.readouterr().out
+
+
+def test_findings_force_and_suppress_checks_in_the_base_and_stage1(chain, tmp_path):
+    """`make findings`' intervention (F0): the base and stage 1 each sample the held-out problems with checks
+    forced and suppressed, through transformers' generate with the project's logits processor; a suppressed
+    arm never opens a check, every arm covers every problem, and a finished arm is not sampled again."""
+    from stages.commands.findings import INTERVENED, intervention_dir, run_check_intervention
+
+    r = chain_recipe(chain, tmp_path, "intervention")
+    folders = run_check_intervention(r)
+    assert len(folders) == 4
+    run_dir = r.stage_dir("stage1").parent
+    n_problems = json.loads((r.stage_dir("stage1") / "eval_after" / "results.json").read_text())["problems"]
+    for model in INTERVENED:
+        for arm in ("forced", "suppressed"):
+            samples = read_jsonl_tolerant(intervention_dir(run_dir, model, arm) / "samples.jsonl")
+            assert len({s["id"] for s in samples}) == n_problems and len(samples) == n_problems * r.eval.k
+            if arm == "suppressed":
+                assert not any("(" in s["completion"] or "（" in s["completion"] for s in samples)
+    stamp = (intervention_dir(run_dir, "stage1", "forced") / "samples.jsonl").stat().st_mtime_ns
+    assert run_check_intervention(r) == folders
+    assert (intervention_dir(run_dir, "stage1", "forced") / "samples.jsonl").stat().st_mtime_ns == stamp

@@ -6,8 +6,9 @@
 For each seed of ``findings.seeds``, from the pipeline's own models: ``stage1`` (R1-Zero again from the base;
 findings F1, F3), ``stage3`` (reasoning RL from the stage-2 model; F2, F3) and ``stage3_nolang`` (the same
 without the language-consistency reward; F2); for each seed of ``findings.clip_seeds``, the two stage-1 arms
-of F7: ``stage1_clip`` (clip-higher) and ``stage1_clip_sym`` (symmetric clipping). Seed 0's ``stage1`` and
-``stage3`` are the pipeline's own, not run again. Only the training seed changes, so the arms are paired
+of F7: ``stage1_clip`` (clip-higher) and ``stage1_clip_sym`` (symmetric clipping); and F0's intervention:
+the base and stage 1 sample the held-out problems with checks forced and suppressed (``eval/intervene.py``,
+``findings/intervention/<model>/<arm>/``). Seed 0's ``stage1`` and ``stage3`` are the pipeline's own, not run again. Only the training seed changes, so the arms are paired
 problem by problem. Each run is an ordinary stage folder, ``runs/<recipe>/findings/seed<s>/<variant>/``: a
 killed ``make findings`` resumes, complete runs are skipped. Why, and the details: docs/architecture.md,
 stages/commands/findings.py.
@@ -76,4 +77,42 @@ def run_findings(recipe, restart: bool = False) -> list[Path]:
                   stage_dir=out, parent_dir=recipe.stage_dir(parent),
                   reuse={"eval_before": recipe.stage_dir(stage) / "eval_before"})
         done.append(out)
-    return done
+    return done + run_check_intervention(recipe)
+
+
+INTERVENED = ("base", "stage1")  # the models whose checks are forced and suppressed (seed 0's)
+
+
+def intervention_dir(run_dir: Path, model: str, arm: str) -> Path:
+    return Path(run_dir) / "findings" / "intervention" / model / arm
+
+
+def run_check_intervention(recipe) -> list[Path]:
+    """F0's within-model effect of checking: the base and stage 1 (the pipeline's) sample stage 1's held-out
+    problems in its template and protocol twice, checks forced after every step and checks suppressed
+    (``eval.intervene``); the samples go to ``findings/intervention/<model>/<arm>/`` (an arm resumes from
+    the problems it has)."""
+    from transformers import AutoModelForCausalLM
+
+    from data.datasets import load_rows
+    from eval.intervene import ARMS, CheckIntervention
+    from stages.pipeline.common import load_tokenizer
+    from stages.pipeline.manifest import Manifest
+    from stages.pipeline.runner import model_ref
+    from stages.training.evaluation import held_out
+
+    rows, _, _ = load_rows(recipe.data.test, recipe)
+    out = []
+    for model_name in INTERVENED:
+        path = model_ref(Manifest.load(recipe.stage_dir(model_name)))
+        model, tokenizer = AutoModelForCausalLM.from_pretrained(path), load_tokenizer(path)
+        for arm in ARMS:
+            folder = intervention_dir(recipe.stage_dir("stage1").parent, model_name, arm)
+            if (folder / "results.json").exists():
+                out.append(folder)
+                continue
+            log.info("findings: %s with checks %s, %d held-out problems → %s", model_name, arm, len(rows), folder)
+            held_out(recipe, rows, model=model, tokenizer=tokenizer, out_dir=folder, template="r1_zero",
+                     progress=True, logits_processor=[CheckIntervention(tokenizer, arm)])
+            out.append(folder)
+    return out

@@ -22,22 +22,27 @@ from stages.training.skeleton import whole_model
 
 def held_out(recipe, rows: list[dict], *, model=None, tokenizer=None, model_path: str | None = None,
              out_dir: Path | None = None, template: str | None = None, name: str = "task_test",
-             progress: bool = False, temperature: float | None = None, seed: int | None = None, **protocol) -> dict:
+             progress: bool = False, temperature: float | None = None, seed: int | None = None,
+             logits_processor: list | None = None, **protocol) -> dict:
     """The evaluation runner's protocol (``recipe.eval``, with ``template`` as its prompt template and
     ``protocol``'s fields replaced: ``k``, ``top_p``, ``max_new_tokens``) on ``rows``; returns the summary
     (pass@1, rates, lengths), and with ``out_dir`` writes the samples and ``results.json`` there.
 
     The model sampled: ``model`` as it is in memory (a model mid-training has no path: transformers
     sampling), else the checkpoint ``model_path`` loaded by the recipe's backend (vLLM's engine where
-    ``eval.backend`` is vllm, also when ``model`` is given but saved at ``model_path``)."""
+    ``eval.backend`` is vllm, also when ``model`` is given but saved at ``model_path``). ``logits_processor``:
+    transformers processors for ``model``'s sampling (``eval.intervene``)."""
     from eval.generate import make_sampler
     from eval.runner import evaluate_rows
 
     cfg = dataclasses.replace(recipe.eval, **({"prompt_template": template} if template else {}), **protocol)
-    if model_path is not None and (model is None or cfg.backend == "vllm"):
+    if logits_processor and model is None:
+        raise ValueError("held_out: logits processors need the model in memory (transformers sampling)")
+    if model_path is not None and (model is None or cfg.backend == "vllm") and not logits_processor:
         sampler, tokenizer = load_sampler(recipe, model_path, backend=cfg.backend, batch_size=cfg.batch_size)
     else:
-        sampler = make_sampler("transformers", model=model, tokenizer=tokenizer, batch_size=cfg.batch_size)
+        sampler = make_sampler("transformers", model=model, tokenizer=tokenizer, batch_size=cfg.batch_size,
+                               logits_processor=logits_processor)
     try:
         summary = evaluate_rows(sampler, tokenizer, rows, cfg=cfg, seed=recipe.seed if seed is None else seed,
                                 out_dir=out_dir, name=name, progress=progress, temperature=temperature)
