@@ -114,17 +114,15 @@ def over_seeds(run_dir: Path, stage: str) -> dict | None:
 
 def seed_lines(run_dir: Path) -> list[str]:
     """What the results table's numbers are: one draw each, except the stages re-run over seeds."""
-    lines = []
-    for stage in SEEDED:
-        spread = over_seeds(run_dir, stage)
+    lines, spreads = [], {stage: over_seeds(run_dir, stage) for stage in SEEDED}
+    for stage, spread in spreads.items():
         if spread:
             each = ", ".join(f"seed {s}: {v:.3f}" for s, v in zip(spread["seeds"], spread["pass@1"], strict=True))
             lines.append(f"- {STAGE_TITLES[stage]}: held-out pass@1 over {spread['n']} training seeds: mean "
                          f"{spread['mean']:.3f}, sd {spread['sd']:.3f}, range [{spread['min']:.3f}, {spread['max']:.3f}] "
                          f"({each}).")
-    seeded = [STAGE_TITLES[s] for s in SEEDED if over_seeds(run_dir, s)]
     lines.append("- Every other number in the table is one draw: one training seed (the pipeline's), its interval "
-                 "covering the problems sampled, not the training." if seeded else
+                 "covering the problems sampled, not the training." if any(spreads.values()) else
                  "- Every number in the table is one draw: one training seed (the pipeline's); its interval covers "
                  "the problems sampled, not the training (`make findings` trains stages 1 and 3 on more seeds).")
     return lines
