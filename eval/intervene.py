@@ -10,10 +10,14 @@ In the task world a step reads ``8+4=12 (check 12-4=8 ok) write 2`` checked and 
 
 - ``suppressed``: every token that opens a check (its text holds ``(`` or ``（``; the world writes them
   only there) is banned at every position;
-- ``forced``: where the text generated so far ends with a fact (``8+4=12``, ``13-1-4=8``), only tokens that
-  open a check or go on with the number (a digit) are allowed: the step cannot go on plain. A fact inside a
-  check (``check 12-4=8``) is a fact too; there the check's own next words (`` ok``, ``, not``) are not
-  digits or openings, so ``forced`` would stop them: it applies only outside an open check.
+- ``forced``: where the text generated so far ends with a fact written outside an open check (``8+4=12``),
+  the tokens that end the step plainly (`` write``, ``写``) are banned: the step cannot go on unchecked, and
+  the model opens the check it learnt (or goes on with the number, or with a borrow's second fact:
+  ``7-1=6, 16-7=9 write 9``, whose check the corpus puts after the last fact). A fact inside a check
+  (``check 12-4=8``) is left alone.
+
+A first version allowed only an opening or a digit after any fact; it forced checks between a borrow's two
+facts, which skipped the second and made the forced arm wrong by construction (docs/experiments.md).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ ARMS = ("forced", "suppressed")
 _FACT_END = re.compile(r"\d+(?:[+\-]\d+)+=\d+$")  # a digit step's fact, just written
 _OPENS = ("(", "（")
 _CLOSES = (")", "）")
+_PLAIN_ENDS = ("write", "写")  # what follows a step's fact when it is not checked
 
 
 def _token_texts(tokenizer) -> list[str]:
@@ -43,10 +48,10 @@ class CheckIntervention:
         self.tokenizer, self.mode, self.tail_tokens = tokenizer, mode, tail_tokens
         texts = _token_texts(tokenizer)
         self.opens = torch.tensor([i for i, t in enumerate(texts) if any(o in t for o in _OPENS)], dtype=torch.long)
-        digits = [i for i, t in enumerate(texts) if t.strip().isdigit() and t == t.strip()]
-        if not len(self.opens) or not digits:
-            raise ValueError("check intervention: the tokenizer has no token that opens a check or no digit token")
-        self.allowed_after_fact = torch.tensor(sorted(set(self.opens.tolist()) | set(digits)), dtype=torch.long)
+        self.plain_ends = torch.tensor([i for i, t in enumerate(texts) if t.lstrip(" ,，").startswith(_PLAIN_ENDS)],
+                                       dtype=torch.long)
+        if not len(self.opens) or not len(self.plain_ends):
+            raise ValueError("check intervention: the tokenizer has no token that opens a check or ends a step")
 
     def _after_fact(self, input_ids: torch.Tensor) -> list[int]:
         """The rows whose text so far ends with a fact written outside an open check."""
@@ -62,10 +67,6 @@ class CheckIntervention:
         if self.mode == "suppressed":
             scores[:, self.opens.to(scores.device)] = -float("inf")
             return scores
-        rows = self._after_fact(input_ids)
-        if rows:
-            keep = torch.full_like(scores[rows], -float("inf"))
-            allowed = self.allowed_after_fact.to(scores.device)
-            keep[:, allowed] = scores[rows][:, allowed]
-            scores[rows] = keep
+        for row in self._after_fact(input_ids):
+            scores[row, self.plain_ends.to(scores.device)] = -float("inf")
         return scores
