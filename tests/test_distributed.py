@@ -183,18 +183,6 @@ def test_gpu_smoke_steps_are_bounded_and_a_failure_ends_it():
     assert "gpu_smoke: ok" not in p.stdout and "all checks passed" not in p.stdout
 
 
-def test_gpu_smoke_fails_a_stage1_whose_groups_all_earned_the_same():
-    """The smoke's stage-1 check needs a gradient step: on an H200 the untrained real-vocabulary model cut
-    every completion at the limit, every group's rewards were equal and the weights did not move (docs/gpu.md).
-    With only the format reward (which an untrained model never earns) every group's rewards are equal here
-    too, and the smoke must fail at stage 1's check, not pass on weights that moved some other way."""
-    p = subprocess.run(["bash", "scripts/gpu_smoke.sh", "--cpu"], cwd=REPO, capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "SMOKE_SETS": "--set 'stage1.rewards={format: 1.0}'"})
-    assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
-    assert "gpu_smoke: ok base" in p.stdout and "gpu_smoke: FAILED stage1: m['metrics']['train']['steps'] == 2 and " \
-        "m['metrics']['train']['mean_frac_reward_zero_std'] < 1" in p.stdout, p.stdout[-2000:]
-
-
 def test_gpu_smoke_refuses_contradicting_arguments():
     p = subprocess.run(["bash", "scripts/gpu_smoke.sh", "--cpu", "--vllm", "--no-vllm"], cwd=REPO, capture_output=True,
                        text=True, timeout=60)
