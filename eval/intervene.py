@@ -1,23 +1,16 @@
-"""Checks forced or suppressed at every step: the accuracy effect of checking inside one model.
+"""Checks forced or suppressed at every step: the accuracy effect of checking inside one model (F0).
 
-Comparing a model's checked chains of thought with its plain ones confounds checking with the problems and
-draws on which the model chose to check. This intervenes on the prefix instead: the same model samples the
-same problems twice, once with a check **forced** after every digit step's fact and once with checks
-**suppressed**, and the two arms' pass@1 are paired problem by problem (F0, eval/verdicts.py).
+A model's checked chains of thought against its plain ones confound checking with the problems it chose to
+check. Here the same model samples the same problems twice, with a check **forced** after every step and
+with checks **suppressed**, and the arms' pass@1 are paired by problem (eval/verdicts.py, docs/experiments.md).
+A step reads ``8+4=12 (check 12-4=8 ok) write 2`` checked, ``8+4=12 write 2`` plain (``data.taskworld``;
+Chinese ``（验算…）写``). As a ``transformers`` logits processor:
 
-In the task world a step reads ``8+4=12 (check 12-4=8 ok) write 2`` checked and ``8+4=12 write 2`` plain
-(``data.taskworld._render_steps``; Chinese ``（验算…）写``). So, as a ``transformers`` logits processor:
-
-- ``suppressed``: every token that opens a check (its text holds ``(`` or ``（``; the world writes them
-  only there) is banned at every position;
-- ``forced``: where the text generated so far ends with a fact written outside an open check (``8+4=12``),
-  the tokens that end the step plainly (`` write``, ``写``) are banned: the step cannot go on unchecked, and
-  the model opens the check it learnt (or goes on with the number, or with a borrow's second fact:
-  ``7-1=6, 16-7=9 write 9``, whose check the corpus puts after the last fact). A fact inside a check
-  (``check 12-4=8``) is left alone.
-
-A first version allowed only an opening or a digit after any fact; it forced checks between a borrow's two
-facts, which skipped the second and made the forced arm wrong by construction (docs/experiments.md).
+- ``suppressed``: every token that opens a check (``(`` or ``（``, written only there) is banned everywhere;
+- ``forced``: where the text so far ends with a fact written outside an open check, the tokens that end the
+  step plainly (`` write``, ``写``) are banned: the model opens the check it learnt, or goes on with the
+  number or a borrow's second fact (``7-1=6, 16-7=9 write 9``: the corpus checks the last fact). Banning
+  all but an opening or a digit, a first version, forced checks inside borrows and skipped their second fact.
 """
 
 from __future__ import annotations
