@@ -174,7 +174,12 @@ def test_findings_force_and_suppress_checks_in_the_base_and_stage1(chain, tmp_pa
     """`make findings`' intervention (F0): the base and stage 1 each sample the held-out problems with checks
     forced and suppressed, through transformers' generate with the project's logits processor; a suppressed
     arm never opens a check, every arm covers every problem, and a finished arm is not sampled again."""
-    from stages.commands.findings import INTERVENED, intervention_dir, run_check_intervention
+    from stages.commands.findings import (
+        INTERVENED,
+        intervention_current,
+        intervention_dir,
+        run_check_intervention,
+    )
 
     r = chain_recipe(chain, tmp_path, "intervention")
     folders = run_check_intervention(r)
@@ -188,5 +193,12 @@ def test_findings_force_and_suppress_checks_in_the_base_and_stage1(chain, tmp_pa
             if arm == "suppressed":
                 assert not any("(" in s["completion"] or "（" in s["completion"] for s in samples)
     stamp = (intervention_dir(run_dir, "stage1", "forced") / "samples.jsonl").stat().st_mtime_ns
-    assert run_check_intervention(r) == folders
+    assert run_check_intervention(r) == folders and intervention_current(run_dir, "stage1")
     assert (intervention_dir(run_dir, "stage1", "forced") / "samples.jsonl").stat().st_mtime_ns == stamp
+    # sampled from other weights (stage 1 trained again since): stale, not read by the report, sampled again
+    record = run_dir / "findings" / "intervention" / "stage1" / "model.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "weights": "earlier weights"}))
+    assert not intervention_current(run_dir, "stage1") and intervention_current(run_dir, "base")
+    run_check_intervention(r)
+    assert intervention_current(run_dir, "stage1")
+    assert (intervention_dir(run_dir, "stage1", "forced") / "samples.jsonl").stat().st_mtime_ns != stamp

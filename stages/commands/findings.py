@@ -8,8 +8,8 @@ findings F1, F3), ``stage3`` (reasoning RL from the stage-2 model; F2, F3) and `
 without the language-consistency reward; F2); for each seed of ``findings.clip_seeds``, the two stage-1 arms
 of F7: ``stage1_clip`` (clip-higher) and ``stage1_clip_sym`` (symmetric clipping); and F0's intervention:
 the base and stage 1 sample the held-out problems with checks forced and suppressed (``eval/intervene.py``,
-``findings/intervention/<model>/<arm>/``). Seed 0's ``stage1`` and ``stage3`` are the pipeline's own, not run again. Only the training seed changes, so the arms are paired
-problem by problem. Each run is an ordinary stage folder, ``runs/<recipe>/findings/seed<s>/<variant>/``: a
+``findings/intervention/<model>/<arm>/``). Seed 0's ``stage1`` and ``stage3`` are the pipeline's own, not
+run again. Only the training seed changes, so the arms are paired problem by problem. Each run is an ordinary stage folder, ``runs/<recipe>/findings/seed<s>/<variant>/``: a
 killed ``make findings`` resumes, complete runs are skipped. Why, and the details: docs/architecture.md,
 stages/commands/findings.py.
 """
@@ -17,7 +17,9 @@ stages/commands/findings.py.
 from __future__ import annotations
 
 import copy
+import json
 import logging
+import shutil
 from pathlib import Path
 
 from stages.pipeline.runner import run_stage
@@ -77,7 +79,7 @@ def run_findings(recipe, restart: bool = False) -> list[Path]:
                   stage_dir=out, parent_dir=recipe.stage_dir(parent),
                   reuse={"eval_before": recipe.stage_dir(stage) / "eval_before"})
         done.append(out)
-    return done + run_check_intervention(recipe)
+    return done + run_check_intervention(recipe, restart)
 
 
 INTERVENED = ("base", "stage1")  # the models whose checks are forced and suppressed (seed 0's)
@@ -87,32 +89,64 @@ def intervention_dir(run_dir: Path, model: str, arm: str) -> Path:
     return Path(run_dir) / "findings" / "intervention" / model / arm
 
 
-def run_check_intervention(recipe) -> list[Path]:
+def model_identity(run_dir: Path, model: str) -> str | None:
+    """Which weights a stage folder's manifest holds: its checkpoint's recorded hash (else its model
+    reference; None without a manifest), so that an intervention sampled from other weights is known as stale."""
+    from stages.pipeline.manifest import Manifest, ManifestError
+    from stages.pipeline.runner import model_ref
+
+    try:
+        m = Manifest.load(Path(run_dir) / model)
+    except (ManifestError, OSError):
+        return None
+    return (m.data.get("output") or {}).get("files", {}).get("model.safetensors") or str(model_ref(m))
+
+
+def intervention_current(run_dir: Path, model: str) -> bool:
+    """Both arms of ``model`` finished, from the weights its stage folder holds now."""
+    from eval.intervene import ARMS
+
+    record = Path(run_dir) / "findings" / "intervention" / model / "model.json"
+    if not record.exists():
+        return False
+    current = model_identity(run_dir, model)
+    return (current is not None and json.loads(record.read_text())["weights"] == current
+            and all((intervention_dir(run_dir, model, arm) / "results.json").exists() for arm in ARMS))
+
+
+def run_check_intervention(recipe, restart: bool = False) -> list[Path]:
     """F0's within-model effect of checking: the base and stage 1 (the pipeline's) sample stage 1's held-out
     problems in its template and protocol twice, checks forced after every step and checks suppressed
-    (``eval.intervene``); the samples go to ``findings/intervention/<model>/<arm>/`` (an arm resumes from
-    the problems it has)."""
+    (``eval.intervene``), into ``findings/intervention/<model>/<arm>/``. An arm resumes from the problems it
+    has; a model whose weights changed since (or ``restart``) is sampled again from the start."""
     from transformers import AutoModelForCausalLM
 
     from data.datasets import load_rows
+    from data.jsonl import atomic_write_json
     from eval.intervene import ARMS, CheckIntervention
     from stages.pipeline.common import load_tokenizer
     from stages.pipeline.manifest import Manifest
     from stages.pipeline.runner import model_ref
     from stages.training.evaluation import held_out
 
+    run_dir = recipe.stage_dir("stage1").parent
     rows, _, _ = load_rows(recipe.data.test, recipe)
     out = []
     for model_name in INTERVENED:
-        path = model_ref(Manifest.load(recipe.stage_dir(model_name)))
-        model, tokenizer = AutoModelForCausalLM.from_pretrained(path), load_tokenizer(path)
-        for arm in ARMS:
-            folder = intervention_dir(recipe.stage_dir("stage1").parent, model_name, arm)
-            if (folder / "results.json").exists():
-                out.append(folder)
-                continue
-            log.info("findings: %s with checks %s, %d held-out problems → %s", model_name, arm, len(rows), folder)
-            held_out(recipe, rows, model=model, tokenizer=tokenizer, out_dir=folder, template="r1_zero",
-                     progress=True, logits_processor=[CheckIntervention(tokenizer, arm)])
-            out.append(folder)
+        folder = run_dir / "findings" / "intervention" / model_name
+        if not intervention_current(run_dir, model_name):
+            record = folder / "model.json"
+            if restart or not record.exists() or json.loads(record.read_text())["weights"] != model_identity(
+                    run_dir, model_name):
+                shutil.rmtree(folder, ignore_errors=True)
+            path = model_ref(Manifest.load(recipe.stage_dir(model_name)))
+            model, tokenizer = AutoModelForCausalLM.from_pretrained(path), load_tokenizer(path)
+            folder.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(record, {"model": str(path), "weights": model_identity(run_dir, model_name)})
+            for arm in ARMS:
+                log.info("findings: %s with checks %s, %d held-out problems → %s", model_name, arm, len(rows),
+                         intervention_dir(run_dir, model_name, arm))
+                held_out(recipe, rows, model=model, tokenizer=tokenizer, out_dir=intervention_dir(run_dir, model_name, arm),
+                         template="r1_zero", progress=True, logits_processor=[CheckIntervention(tokenizer, arm)])
+        out += [intervention_dir(run_dir, model_name, arm) for arm in ARMS]
     return out

@@ -28,7 +28,14 @@ from eval import verdicts
 from eval.intervene import ARMS
 from eval.plots import plot_step_curves, plot_training
 from eval.stats import METHOD, across_seeds, estimate, per_problem
-from stages.commands.findings import CLIP_VARIANTS, INTERVENED, VARIANTS, intervention_dir, variant_dir
+from stages.commands.findings import (
+    CLIP_VARIANTS,
+    INTERVENED,
+    VARIANTS,
+    intervention_current,
+    intervention_dir,
+    variant_dir,
+)
 from stages.pipeline.manifest import MANIFEST_NAME, Manifest, ManifestError
 from stages.training.records import held_out_by_step
 
@@ -225,8 +232,7 @@ def findings(run_dir: Path) -> list[verdicts.Finding]:
             budget = f"distillation {_budget(b1)}; RL {_budget(b2)}"
     reward_models = {k: s4.data["metrics"].get(k) for k in ("rm_helpfulness", "rm_harmlessness")} if s4 else {}
     intervention = {model: tuple(_samples(intervention_dir(run_dir, model, arm)) for arm in ARMS)
-                    for model in INTERVENED if all((intervention_dir(run_dir, model, arm) / "results.json").exists()
-                                                   for arm in ARMS)}
+                    for model in INTERVENED if intervention_current(run_dir, model)}  # from today's weights only
     return [verdicts.aha(f1, _misconceptions(run_dir), intervention), verdicts.r1_zero(f1), verdicts.language_reward(f2),
             verdicts.cold_start(f3), verdicts.final_rl(sft_records, final_records, reward_models),
             verdicts.distillation(base_s, distilled_s, rl_s, budget), verdicts.clip_higher(f7)]
