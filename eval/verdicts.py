@@ -210,7 +210,8 @@ def _intervention_lines(intervention: Mapping[str, tuple[Records, Records]], see
         diffs[model] = paired_difference(accuracy["suppressed"], accuracy["forced"], seed)
         checked = {arm: sum(r.get("recheck") not in (None, "plain") for r in records) for arm, records in
                    (("forced", forced), ("suppressed", suppressed))}
-        lines.append(_diff_line(f"{'stage 1' if model == 'stage1' else model}, one model: pass@1 with checks "
+        name = {"stage1": "stage 1"}.get(model, model.replace("stage1_seed", "stage 1, training seed "))
+        lines.append(_diff_line(f"{name}, one model: pass@1 with checks "
                                 f"suppressed → forced at every step", estimate(list(accuracy["suppressed"].values())),
                                 estimate(list(accuracy["forced"].values())), diffs[model])
                      + f" (samples with checks: {checked['suppressed']} of {len(suppressed)} suppressed, "
@@ -259,11 +260,14 @@ def aha(runs: Mapping[int, tuple[Records, Records]], misconceptions: frozenset[s
             lines, data = _aha_lines(before, after, (sb, sa, share_d[seed], share_v[seed]),
                                      (gap_d.get(seed), gap_v[seed]), misconceptions, seed)
     head = min(runs)
+    seed_effects: dict[int, Estimate] = {}
     if intervention and "stage1" in intervention:  # the intervention replaces the observational gap
         more, effects = _intervention_lines(intervention, head)
         effect_v = verdict(effects["stage1"], +1, ACC_MARGIN)
-        lines[1:1] = [line + (f" ({effect_v}: the judged half)" if line.startswith("stage 1") else " (shown)")
-                      for line in more]
+        lines[1:1] = [line + (f" ({effect_v}: the judged half)" if line.startswith("stage 1, one model")
+                              else " (shown)") for line in more]
+        seed_effects = {head if m == "stage1" else int(m.removeprefix("stage1_seed")): d
+                        for m, d in effects.items() if m.startswith("stage1")}
         lines = [line + " — shown, not judged: the intervention is" if line.startswith("after stage 1, accuracy of "
                  "checked − plain") else line for line in lines]
         finding_v[head] = combine([share_v[head], effect_v])
@@ -276,6 +280,9 @@ def aha(runs: Mapping[int, tuple[Records, Records]], misconceptions: frozenset[s
             seeds.append(_seed_line("checked − plain accuracy", gap_d, gap_v))
         if len(gap_d) < len(runs):
             seeds.append(f"checked − plain accuracy not testable for seeds {sorted(s for s in runs if s not in gap_d)}")
+    if len(seed_effects) > 1:
+        seeds.append(_seed_line("stage 1's pass@1, checks forced − suppressed", seed_effects,
+                                {s: verdict(d, +1, ACC_MARGIN) for s, d in seed_effects.items()}))
     return Finding("F0", claim, finding_v[head], rule, lines, seeds,
                    {"share": {s: d.to_dict() for s, d in share_d.items()},
                     "accuracy_gap": {s: d.to_dict() for s, d in gap_d.items()}, "accuracy_gap_verdicts": gap_v,

@@ -502,6 +502,12 @@ def test_f0_judges_checking_by_the_intervention_inside_one_model():
     assert any("shown, not judged: the intervention is" in line for line in finding.lines)
     helps = {"stage1": (arm([0.75] * N, True), arm([0.25] * N, False))}
     assert verdicts.aha({0: (before, after)}, intervention=helps).verdict == "reproduced"
+    # other training seeds' stage 1: shown per seed, the headline stays seed 0's
+    seeded = verdicts.aha({0: (before, after)}, intervention={**helps, "stage1_seed2": useless["stage1"]})
+    assert seeded.verdict == "reproduced"
+    assert any(line.startswith("stage 1, training seed 2, one model") and line.endswith("(shown)") for line in seeded.lines)
+    assert any(line.startswith("stage 1's pass@1, checks forced − suppressed: mean +0.250") and
+               "seed 0: +0.500 (reproduced), seed 2: +0.000 (not reproduced)" in line for line in seeded.seeds), seeded.seeds
     # the intervention cannot rescue a routine RL did not select
     assert verdicts.aha({0: (before, checks([0.0] * N, 0.5, 0.5))}, intervention=helps).verdict == "not reproduced"
 

@@ -175,7 +175,7 @@ def test_findings_force_and_suppress_checks_in_the_base_and_stage1(chain, tmp_pa
     forced and suppressed, through transformers' generate with the project's logits processor; a suppressed
     arm never opens a check, every arm covers every problem, and a finished arm is not sampled again."""
     from stages.commands.findings import (
-        INTERVENED,
+        intervened,
         intervention_current,
         intervention_dir,
         run_check_intervention,
@@ -183,22 +183,24 @@ def test_findings_force_and_suppress_checks_in_the_base_and_stage1(chain, tmp_pa
 
     r = chain_recipe(chain, tmp_path, "intervention")
     folders = run_check_intervention(r)
-    assert len(folders) == 4
+    assert len(folders) == 4  # the base and stage 1: no other training seed has a stage 1 here
     run_dir = r.stage_dir("stage1").parent
+    models = intervened(run_dir, r.findings.seeds)
     n_problems = json.loads((r.stage_dir("stage1") / "eval_after" / "results.json").read_text())["problems"]
-    for model in INTERVENED:
+    for model in ("base", "stage1"):
         for arm in ("forced", "suppressed"):
             samples = read_jsonl_tolerant(intervention_dir(run_dir, model, arm) / "samples.jsonl")
             assert len({s["id"] for s in samples}) == n_problems and len(samples) == n_problems * r.eval.k
             if arm == "suppressed":
                 assert not any("(" in s["completion"] or "（" in s["completion"] for s in samples)
     stamp = (intervention_dir(run_dir, "stage1", "forced") / "samples.jsonl").stat().st_mtime_ns
-    assert run_check_intervention(r) == folders and intervention_current(run_dir, "stage1")
+    assert run_check_intervention(r) == folders and intervention_current(run_dir, "stage1", models["stage1"])
     assert (intervention_dir(run_dir, "stage1", "forced") / "samples.jsonl").stat().st_mtime_ns == stamp
     # sampled from other weights (stage 1 trained again since): stale, not read by the report, sampled again
     record = run_dir / "findings" / "intervention" / "stage1" / "model.json"
     record.write_text(json.dumps({**json.loads(record.read_text()), "weights": "earlier weights"}))
-    assert not intervention_current(run_dir, "stage1") and intervention_current(run_dir, "base")
+    assert not intervention_current(run_dir, "stage1", models["stage1"])
+    assert intervention_current(run_dir, "base", models["base"])
     run_check_intervention(r)
-    assert intervention_current(run_dir, "stage1")
+    assert intervention_current(run_dir, "stage1", models["stage1"])
     assert (intervention_dir(run_dir, "stage1", "forced") / "samples.jsonl").stat().st_mtime_ns != stamp

@@ -82,43 +82,51 @@ def run_findings(recipe, restart: bool = False) -> list[Path]:
     return done + run_check_intervention(recipe, restart)
 
 
-INTERVENED = ("base", "stage1")  # the models whose checks are forced and suppressed (seed 0's)
+def intervened(run_dir: Path, seeds) -> dict[str, Path]:
+    """The models F0's intervention samples, by name, with their stage folders: the base, stage 1 (the
+    pipeline's, seed 0) and stage 1 of every other training seed in ``seeds`` (``stage1_seed<s>``)."""
+    run_dir = Path(run_dir)
+    return {"base": run_dir / "base", "stage1": run_dir / "stage1",
+            **{f"stage1_seed{s}": variant_dir(run_dir, s, "stage1") for s in seeds if s != 0}}
 
 
 def intervention_dir(run_dir: Path, model: str, arm: str) -> Path:
     return Path(run_dir) / "findings" / "intervention" / model / arm
 
 
-def model_identity(run_dir: Path, model: str) -> str | None:
-    """Which weights a stage folder's manifest holds: its checkpoint's recorded hash (else its model
-    reference; None without a manifest), so that an intervention sampled from other weights is known as stale."""
+def model_identity(stage_folder: Path) -> str | None:
+    """Which weights a complete stage folder holds: its checkpoint's recorded hash (else its model reference;
+    None when it is not complete), so that an intervention sampled from other weights is known as stale."""
     from stages.pipeline.manifest import Manifest, ManifestError
     from stages.pipeline.runner import model_ref
 
     try:
-        m = Manifest.load(Path(run_dir) / model)
+        m = Manifest.load(Path(stage_folder))
     except (ManifestError, OSError):
+        return None
+    if m.status != "complete":
         return None
     return (m.data.get("output") or {}).get("files", {}).get("model.safetensors") or str(model_ref(m))
 
 
-def intervention_current(run_dir: Path, model: str) -> bool:
+def intervention_current(run_dir: Path, model: str, stage_folder: Path) -> bool:
     """Both arms of ``model`` finished, from the weights its stage folder holds now."""
     from eval.intervene import ARMS
 
     record = Path(run_dir) / "findings" / "intervention" / model / "model.json"
     if not record.exists():
         return False
-    current = model_identity(run_dir, model)
+    current = model_identity(stage_folder)
     return (current is not None and json.loads(record.read_text())["weights"] == current
             and all((intervention_dir(run_dir, model, arm) / "results.json").exists() for arm in ARMS))
 
 
 def run_check_intervention(recipe, restart: bool = False) -> list[Path]:
-    """F0's within-model effect of checking: the base and stage 1 (the pipeline's) sample stage 1's held-out
-    problems in its template and protocol twice, checks forced after every step and checks suppressed
-    (``eval.intervene``), into ``findings/intervention/<model>/<arm>/``. An arm resumes from the problems it
-    has; a model whose weights changed since (or ``restart``) is sampled again from the start."""
+    """F0's within-model effect of checking: the base and each training seed's stage 1 (:func:`intervened`)
+    sample stage 1's held-out problems in its template and protocol twice, checks forced after every step and
+    checks suppressed (``eval.intervene``), into ``findings/intervention/<model>/<arm>/``. An arm resumes from
+    the problems it has; a model whose weights changed since (or ``restart``) is sampled again from the start;
+    a seed whose stage 1 is not complete is left out."""
     from transformers import AutoModelForCausalLM
 
     from data.datasets import load_rows
@@ -132,21 +140,23 @@ def run_check_intervention(recipe, restart: bool = False) -> list[Path]:
     run_dir = recipe.stage_dir("stage1").parent
     rows, _, _ = load_rows(recipe.data.test, recipe)
     out = []
-    for model_name in INTERVENED:
-        folder = run_dir / "findings" / "intervention" / model_name
-        if not intervention_current(run_dir, model_name):
+    for name, stage_folder in intervened(run_dir, recipe.findings.seeds).items():
+        weights = model_identity(stage_folder)
+        if weights is None:
+            continue
+        folder = run_dir / "findings" / "intervention" / name
+        if restart or not intervention_current(run_dir, name, stage_folder):
             record = folder / "model.json"
-            if restart or not record.exists() or json.loads(record.read_text())["weights"] != model_identity(
-                    run_dir, model_name):
+            if restart or not record.exists() or json.loads(record.read_text())["weights"] != weights:
                 shutil.rmtree(folder, ignore_errors=True)
-            path = model_ref(Manifest.load(recipe.stage_dir(model_name)))
+            path = model_ref(Manifest.load(stage_folder))
             model, tokenizer = AutoModelForCausalLM.from_pretrained(path), load_tokenizer(path)
             folder.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(record, {"model": str(path), "weights": model_identity(run_dir, model_name)})
+            atomic_write_json(record, {"model": str(path), "weights": weights})
             for arm in ARMS:
-                log.info("findings: %s with checks %s, %d held-out problems → %s", model_name, arm, len(rows),
-                         intervention_dir(run_dir, model_name, arm))
-                held_out(recipe, rows, model=model, tokenizer=tokenizer, out_dir=intervention_dir(run_dir, model_name, arm),
+                log.info("findings: %s with checks %s, %d held-out problems → %s", name, arm, len(rows),
+                         intervention_dir(run_dir, name, arm))
+                held_out(recipe, rows, model=model, tokenizer=tokenizer, out_dir=intervention_dir(run_dir, name, arm),
                          template="r1_zero", progress=True, logits_processor=[CheckIntervention(tokenizer, arm)])
-        out += [intervention_dir(run_dir, model_name, arm) for arm in ARMS]
+        out += [intervention_dir(run_dir, name, arm) for arm in ARMS]
     return out

@@ -30,8 +30,8 @@ from eval.plots import plot_step_curves, plot_training
 from eval.stats import METHOD, across_seeds, estimate, per_problem
 from stages.commands.findings import (
     CLIP_VARIANTS,
-    INTERVENED,
     VARIANTS,
+    intervened,
     intervention_current,
     intervention_dir,
     variant_dir,
@@ -232,7 +232,8 @@ def findings(run_dir: Path) -> list[verdicts.Finding]:
             budget = f"distillation {_budget(b1)}; RL {_budget(b2)}"
     reward_models = {k: s4.data["metrics"].get(k) for k in ("rm_helpfulness", "rm_harmlessness")} if s4 else {}
     intervention = {model: tuple(_samples(intervention_dir(run_dir, model, arm)) for arm in ARMS)
-                    for model in INTERVENED if intervention_current(run_dir, model)}  # from today's weights only
+                    for model, folder in intervened(run_dir, seeds).items()
+                    if intervention_current(run_dir, model, folder)}  # from the weights the folders hold now
     return [verdicts.aha(f1, _misconceptions(run_dir), intervention), verdicts.r1_zero(f1), verdicts.language_reward(f2),
             verdicts.cold_start(f3), verdicts.final_rl(sft_records, final_records, reward_models),
             verdicts.distillation(base_s, distilled_s, rl_s, budget), verdicts.clip_higher(f7)]
