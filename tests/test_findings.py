@@ -17,3 +17,19 @@ def test_each_variant_changes_only_what_its_finding_compares():
     assert higher.eval_steps == [] and r.stage1.eval_steps  # the recipe itself is untouched
     assert variant_dir("runs/tiny", 0, "stage1").as_posix() == "runs/tiny/stage1"
     assert variant_dir("runs/tiny", 0, "stage1_clip").as_posix() == "runs/tiny/findings/seed0/stage1_clip"
+
+
+def test_the_check_intervention_runs_only_on_a_base_whose_corpus_writes_checks(tmp_path, caplog):
+    """eval/intervene.py reads the tiny world's check syntax: for a base whose corpus has no checks, or a
+    pretrained model from the hub, make findings leaves the intervention out, saying so, before loading any
+    model; the tiny recipe's corpus writes checks, so it goes on (here to a run folder with no stages)."""
+    import logging
+
+    from stages.commands.findings import run_check_intervention
+
+    caplog.set_level(logging.INFO, logger="r1")
+    for sets, skipped in ((["base.corpus.recheck=0", "base.corpus.template_recheck=0"], True),
+                          (["base.pretrained=Qwen/Qwen2.5-1.5B"], True), ([], False)):
+        caplog.clear()
+        assert run_check_intervention(load_recipe("tiny", [f"run_root={tmp_path}", *sets])) == []
+        assert ("no check intervention" in caplog.text) == skipped, (sets, caplog.text)

@@ -126,7 +126,8 @@ def run_check_intervention(recipe, restart: bool = False) -> list[Path]:
     sample stage 1's held-out problems in its template and protocol twice, checks forced after every step and
     checks suppressed (``eval.intervene``), into ``findings/intervention/<model>/<arm>/``. An arm resumes from
     the problems it has; a model whose weights changed since (or ``restart``) is sampled again from the start;
-    a seed whose stage 1 is not complete is left out."""
+    a seed whose stage 1 is not complete is left out. Only for a base pretrained on the tiny world's corpus
+    with checks in it (``base.corpus.recheck``/``template_recheck``): the processor reads its check syntax."""
     from transformers import AutoModelForCausalLM
 
     from data.datasets import load_rows
@@ -137,6 +138,11 @@ def run_check_intervention(recipe, restart: bool = False) -> list[Path]:
     from stages.pipeline.runner import model_ref
     from stages.training.evaluation import held_out
 
+    corpus = recipe.base.corpus
+    if recipe.base.pretrained or not (corpus.recheck or corpus.template_recheck):
+        log.info("findings: no check intervention: the base's corpus writes no checks (a pretrained model's "
+                 "checks look like anything; eval/intervene.py reads the tiny world's)")
+        return []
     run_dir = recipe.stage_dir("stage1").parent
     rows, _, _ = load_rows(recipe.data.test, recipe)
     out = []
