@@ -205,11 +205,10 @@ def _intervention_lines(intervention: Mapping[str, tuple[Records, Records]], see
     (eval/intervene.py), paired by problem, and how many chains of thought checked in each arm."""
     lines, diffs = [], {}
     for model, (forced, suppressed) in intervention.items():
-        accuracy = {arm: _share(records, lambda r: float(r["correct"])) for arm, records in
-                    (("forced", forced), ("suppressed", suppressed))}
+        arms = {"forced": forced, "suppressed": suppressed}
+        accuracy = {arm: _share(records, lambda r: float(r["correct"])) for arm, records in arms.items()}
         diffs[model] = paired_difference(accuracy["suppressed"], accuracy["forced"], seed)
-        checked = {arm: sum(r.get("recheck") not in (None, "plain") for r in records) for arm, records in
-                   (("forced", forced), ("suppressed", suppressed))}
+        checked = {arm: sum(r.get("recheck") not in (None, "plain") for r in records) for arm, records in arms.items()}
         name = {"stage1": "stage 1"}.get(model, model.replace("stage1_seed", "stage 1, training seed "))
         lines.append(_diff_line(f"{name}, one model: pass@1 with checks "
                                 f"suppressed → forced at every step", estimate(list(accuracy["suppressed"].values())),
@@ -373,13 +372,14 @@ def cold_start(runs: Mapping[int, tuple[Mapping[int, Records], Mapping[int, Reco
         diffs[seed] = paired_difference(p1[k], p3[k], seed)
         sft_alone[seed] = paired_difference(p1[0], p3[0], seed) if 0 in common else None
         rl_after[seed] = paired_difference(p3[0], p3[k], seed) if 0 in common and k != 0 else None
-        verdicts_[seed] = combine([verdict(diffs[seed], +1, ACC_MARGIN),
-                                   verdict(rl_after[seed], +1, ACC_MARGIN) if rl_after[seed] is not None else "inconclusive"])
+        ahead = verdict(diffs[seed], +1, ACC_MARGIN)
+        verdicts_[seed] = combine([ahead, verdict(rl_after[seed], +1, ACC_MARGIN) if rl_after[seed] is not None
+                                   else "inconclusive"])
         if not lines:
             curve = "; ".join(f"step {step}: stage 1 {estimate(list(p1[step].values())).fmt()}, "
                               f"stage 3 {estimate(list(p3[step].values())).fmt()}" for step in common)
             lines = [f"held-out pass@1 by RL step — {curve}",
-                     f"stage 3 − stage 1 at step {k}: {diffs[seed].fmt()} ({verdict(diffs[seed], +1, ACC_MARGIN)})"]
+                     f"stage 3 − stage 1 at step {k}: {diffs[seed].fmt()} ({ahead})"]
             if sft_alone[seed] is not None:
                 rl_from_base = paired_difference(p1[0], p1[k], seed)
                 lines += [f"what the cold-start SFT alone gives (step 0, stage 3's model − the base): "

@@ -7,9 +7,10 @@ For each seed of ``findings.seeds``, from the pipeline's own models: ``stage1`` 
 findings F1, F3), ``stage3`` (reasoning RL from the stage-2 model; F2, F3) and ``stage3_nolang`` (the same
 without the language-consistency reward; F2); for each seed of ``findings.clip_seeds``, the two stage-1 arms
 of F7: ``stage1_clip`` (clip-higher) and ``stage1_clip_sym`` (symmetric clipping); and F0's intervention:
-the base and stage 1 sample the held-out problems with checks forced and suppressed (``eval/intervene.py``,
-``findings/intervention/<model>/<arm>/``). Seed 0's ``stage1`` and ``stage3`` are the pipeline's own, not
-run again. Only the training seed changes, so the arms are paired problem by problem. Each run is an ordinary stage folder, ``runs/<recipe>/findings/seed<s>/<variant>/``: a
+the base and each seed's stage 1 sample the held-out problems with checks forced and suppressed
+(``eval/intervene.py``, ``findings/intervention/<model>/<arm>/``). Seed 0's ``stage1`` and ``stage3`` are the
+pipeline's own, not run again. Only the training seed changes, so the arms are paired problem by problem.
+Each run is an ordinary stage folder, ``runs/<recipe>/findings/seed<s>/<variant>/``: a
 killed ``make findings`` resumes, complete runs are skipped. Why, and the details: docs/architecture.md,
 stages/commands/findings.py.
 """
@@ -90,8 +91,18 @@ def intervened(run_dir: Path, seeds) -> dict[str, Path]:
             **{f"stage1_seed{s}": variant_dir(run_dir, s, "stage1") for s in seeds if s != 0}}
 
 
+def _intervention_root(run_dir: Path, model: str) -> Path:
+    """One model's intervention: its arms' folders and ``model.json`` (the weights they were sampled from)."""
+    return Path(run_dir) / "findings" / "intervention" / model
+
+
 def intervention_dir(run_dir: Path, model: str, arm: str) -> Path:
-    return Path(run_dir) / "findings" / "intervention" / model / arm
+    return _intervention_root(run_dir, model) / arm
+
+
+def _sampled_from(run_dir: Path, model: str) -> str | None:
+    record = _intervention_root(run_dir, model) / "model.json"
+    return json.loads(record.read_text())["weights"] if record.exists() else None
 
 
 def model_identity(stage_folder: Path) -> str | None:
@@ -111,14 +122,14 @@ def model_identity(stage_folder: Path) -> str | None:
 
 def intervention_current(run_dir: Path, model: str, stage_folder: Path) -> bool:
     """Both arms of ``model`` finished, from the weights its stage folder holds now."""
+    sampled_from = _sampled_from(run_dir, model)
+    return sampled_from is not None and sampled_from == model_identity(stage_folder) and _arms_done(run_dir, model)
+
+
+def _arms_done(run_dir: Path, model: str) -> bool:
     from eval.intervene import ARMS
 
-    record = Path(run_dir) / "findings" / "intervention" / model / "model.json"
-    if not record.exists():
-        return False
-    current = model_identity(stage_folder)
-    return (current is not None and json.loads(record.read_text())["weights"] == current
-            and all((intervention_dir(run_dir, model, arm) / "results.json").exists() for arm in ARMS))
+    return all((intervention_dir(run_dir, model, arm) / "results.json").exists() for arm in ARMS)
 
 
 def run_check_intervention(recipe, restart: bool = False) -> list[Path]:
@@ -150,19 +161,20 @@ def run_check_intervention(recipe, restart: bool = False) -> list[Path]:
         weights = model_identity(stage_folder)
         if weights is None:
             continue
-        folder = run_dir / "findings" / "intervention" / name
-        if restart or not intervention_current(run_dir, name, stage_folder):
-            record = folder / "model.json"
-            if restart or not record.exists() or json.loads(record.read_text())["weights"] != weights:
-                shutil.rmtree(folder, ignore_errors=True)
-            path = model_ref(Manifest.load(stage_folder))
-            model, tokenizer = AutoModelForCausalLM.from_pretrained(path), load_tokenizer(path)
-            folder.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(record, {"model": str(path), "weights": weights})
-            for arm in ARMS:
-                log.info("findings: %s with checks %s, %d held-out problems → %s", name, arm, len(rows),
-                         intervention_dir(run_dir, name, arm))
-                held_out(recipe, rows, model=model, tokenizer=tokenizer, out_dir=intervention_dir(run_dir, name, arm),
-                         template="r1_zero", progress=True, logits_processor=[CheckIntervention(tokenizer, arm)])
         out += [intervention_dir(run_dir, name, arm) for arm in ARMS]
+        stale = restart or _sampled_from(run_dir, name) != weights
+        if not stale and _arms_done(run_dir, name):
+            continue
+        folder = _intervention_root(run_dir, name)
+        if stale:
+            shutil.rmtree(folder, ignore_errors=True)
+        path = model_ref(Manifest.load(stage_folder))
+        model, tokenizer = AutoModelForCausalLM.from_pretrained(path), load_tokenizer(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(folder / "model.json", {"model": str(path), "weights": weights})
+        for arm in ARMS:
+            log.info("findings: %s with checks %s, %d held-out problems → %s", name, arm, len(rows),
+                     intervention_dir(run_dir, name, arm))
+            held_out(recipe, rows, model=model, tokenizer=tokenizer, out_dir=intervention_dir(run_dir, name, arm),
+                     template="r1_zero", progress=True, logits_processor=[CheckIntervention(tokenizer, arm)])
     return out

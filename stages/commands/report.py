@@ -119,9 +119,10 @@ def over_seeds(run_dir: Path, stage: str) -> dict | None:
             **across_seeds(list(by_seed.values()))}
 
 
-def seed_lines(run_dir: Path) -> list[str]:
-    """What the results table's numbers are: one draw each, except the stages re-run over seeds."""
-    lines, spreads = [], {stage: over_seeds(run_dir, stage) for stage in SEEDED}
+def seed_lines(spreads: dict[str, dict | None]) -> list[str]:
+    """What the results table's numbers are: one draw each, except the stages re-run over seeds
+    (``spreads``: :func:`over_seeds` of each stage of :data:`SEEDED`)."""
+    lines = []
     for stage, spread in spreads.items():
         if spread:
             each = ", ".join(f"seed {s}: {v:.3f}" for s, v in zip(spread["seeds"], spread["pass@1"], strict=True))
@@ -135,10 +136,10 @@ def seed_lines(run_dir: Path) -> list[str]:
     return lines
 
 
-def stage_summary(run: dict, run_dir: Path) -> dict:
+def stage_summary(run: dict, run_dir: Path, spreads: dict[str, dict | None]) -> dict:
     """Per stage, machine-readable (``report/summary.json``, which the README's status is made from):
     status, wall minutes, the evaluation's temperature, pass@1 with its interval, and for the stages
-    ``make findings`` re-trains, pass@1 over the training seeds (``over_seeds``; null: one draw)."""
+    ``make findings`` re-trains, pass@1 over the training seeds (``spreads``, :func:`over_seeds`; null: one draw)."""
     out = {}
     for stage in STAGE_TITLES:
         m = run[stage]
@@ -152,7 +153,7 @@ def stage_summary(run: dict, run_dir: Path) -> dict:
         out[stage] = {"status": m.status, "wall_min": round(metrics["wall_seconds"] / 60, 1)
                       if metrics.get("wall_seconds") else None, "temperature": ev.get("temperature"),
                       "pass@1": estimate(list(per_problem(records).values())).to_dict() if records else None,
-                      "over_seeds": over_seeds(run_dir, stage) if stage in SEEDED else None}
+                      "over_seeds": spreads.get(stage)}
     return out
 
 
@@ -410,6 +411,7 @@ def build_report(run_dir: Path) -> Path:
     out = run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     run = load_run(run_dir)
+    spreads = {stage: over_seeds(run_dir, stage) for stage in SEEDED}
     protocol = next((m.data["metrics"].get("eval_after") for m in run.values()
                      if m is not None and m.data["metrics"].get("eval_after")), {}) or {}
     parts = [f"# Run report: `{run_dir}`", "",
@@ -419,7 +421,7 @@ def build_report(run_dir: Path) -> Path:
              f"own temperature, in column T); stages 2 onwards in the chat template. pass@1 is shown with its 95% "
              f"interval ({METHOD}). `–`: not measured; `missing`: the stage has not run.", "",
              _table(["stage", "status", "T", "pass@1 [95% CI]", "cons@k", "pass@k", "mean length", "language mix",
-                     "wall", "peak memory"], stage_rows(run, run_dir)), "", *seed_lines(run_dir), "",
+                     "wall", "peak memory"], stage_rows(run, run_dir)), "", *seed_lines(spreads), "",
              "Where the minutes go, in seconds of wall time (each second counted once, for the innermost kind of "
              "work: an evaluation's sampling is `sampling`; GRPO's rollouts are `training`; `startup` is the "
              "process's start to the stage body; `core GFLOP/s`: one core's fp32 matmul speed when the stage "
@@ -460,7 +462,7 @@ def build_report(run_dir: Path) -> Path:
     atomic_write_text(path, "\n".join(parts) + "\n")
     atomic_write_json(out / "summary.json", {
         "run": str(run_dir), "protocol": {k: protocol.get(k) for k in ("k", "temperature", "top_p")},
-        "interval_method": METHOD, "seeds": seeds, "stages": stage_summary(run, run_dir),
+        "interval_method": METHOD, "seeds": seeds, "stages": stage_summary(run, run_dir, spreads),
         "findings": [{"key": f.key, "claim": f.claim, "verdict": f.verdict, "lines": f.lines, "seeds": f.seeds}
                      for f in found]})
     return path
