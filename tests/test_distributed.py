@@ -1,7 +1,8 @@
 """Two CPU processes (gloo) through the project's launcher: a few GRPO steps (stage 1) and a few SFT
 steps (stage 2). Each process trains on its own data, the weights agree afterwards (and moved), and
 only the main process writes the manifest. The same two stages under FSDP2 (each process holds half of
-every decoder layer): the checkpoints are whole, load into a fresh model, and LoRA adapters merge."""
+every decoder layer): the checkpoints are whole, load into a fresh model, and LoRA adapters merge. And
+scripts/gpu_smoke.sh's own bounds and checks on the CPU (its vLLM sequence: tests/test_vllm.py)."""
 
 import json
 import os
@@ -187,3 +188,17 @@ def test_gpu_smoke_refuses_contradicting_arguments():
     p = subprocess.run(["bash", "scripts/gpu_smoke.sh", "--cpu", "--vllm", "--no-vllm"], cwd=REPO, capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 2 and "--vllm and --no-vllm contradict" in p.stdout
+
+
+def test_gpu_smoke_fails_a_stage1_whose_groups_all_earned_the_same():
+    """The smoke's stage-1 check needs a gradient step: on an H200 the untrained real-vocabulary model cut
+    every completion at the limit, every group's rewards were equal and the weights did not move (docs/gpu.md;
+    that run generated with transformers, `--no-vllm`, as this rehearsal does). With only the format reward
+    (which an untrained model never earns) every group's rewards are equal here too, and the smoke must fail
+    at stage 1's check, not pass on weights that moved some other way."""
+    p = subprocess.run(["bash", "scripts/gpu_smoke.sh", "--cpu"], cwd=REPO, capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1",
+                                         "SMOKE_SETS": "--set 'stage1.rewards={format: 1.0}'"})
+    assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "gpu_smoke: ok base" in p.stdout and "gpu_smoke: FAILED stage1: m['metrics']['train']['steps'] == 2 and " \
+        "m['metrics']['train']['mean_frac_reward_zero_std'] < 1" in p.stdout, p.stdout[-2000:]
