@@ -60,14 +60,15 @@ test: setup ## run the test suite (the CI command; excludes tests marked slow): 
 	@( start=$$(date +%s); \
 	   ( $(MAKE) --no-print-directory setup-vllm > .venv-vllm-setup.log 2>&1; echo $$? > .venv-vllm-setup.rc ) & setup=$$!; \
 	   $(PY) -m pytest -q -p no:cacheprovider --durations=5 -m 'not slow and not vllm' $(LANE2_TESTS); dist=$$?; \
-	   wait $$setup; cat .venv-vllm-setup.log; echo "setup-vllm: $$(( $$(date +%s) - start )) s (beside $(LANE2_TESTS))"; \
+	   wait $$setup; cat .venv-vllm-setup.log; echo "setup-vllm and $(LANE2_TESTS), side by side: $$(( $$(date +%s) - start )) s"; \
 	   [ "$$(cat .venv-vllm-setup.rc)" = 0 ] && \
 	   $(VLLM_PY) -m pytest -q -p no:cacheprovider --durations=5 -m 'vllm and not slow' tests/test_vllm.py && exit $$dist ) \
 	   > .venv-vllm.log 2>&1 & lane2=$$!; \
 	$(PY) -m pytest -q --durations=15 -m 'not slow and not vllm' $(addprefix --ignore=,$(LANE2_TESTS)); status=$$?; \
 	wait $$lane2; lane2_status=$$?; \
-	echo "-- the second lane: $(LANE2_TESTS), the vLLM set's install and tests (.venv-vllm.log):"; tail -n 30 .venv-vllm.log; \
-	if [ $$lane2_status -ne 0 ]; then echo "make test: the second lane failed (.venv-vllm.log)"; exit 1; fi; \
+	echo "-- the second lane: $(LANE2_TESTS), the vLLM set's install and tests (.venv-vllm.log):"; \
+	grep -aE '^(setup-vllm and |[0-9]+ (passed|failed)|FAILED |ERROR )|s (call|setup) ' .venv-vllm.log; \
+	if [ $$lane2_status -ne 0 ]; then tail -n 40 .venv-vllm.log; echo "make test: the second lane failed (.venv-vllm.log)"; exit 1; fi; \
 	exit $$status
 
 faults: setup ## the whole fault-injection suite (SIGKILL at chosen points of every stage, then resume)

@@ -2,7 +2,7 @@
 tokenizer round-trips, probes itself, and writes a complete manifest; the CLI reports status."""
 
 import json
-import subprocess
+import os
 import sys
 from pathlib import Path
 
@@ -16,14 +16,16 @@ from stages.pipeline.manifest import Manifest
 from stages.pipeline.recipe import load_recipe
 from stages.pipeline.runner import run_stage
 from stages.training.pretrain import _batch, _packed_batch, build_tiny_model, pretrain_tiny, use_bf16_autocast
+from tests import zygote
 from tests.micro import SMALL
 
 pytestmark = pytest.mark.train  # every test here trains a model
 
 
-def test_pretraining_loss_falls():
-    recipe = load_recipe("tiny", SMALL)
-    _, _, stats = pretrain_tiny(recipe, log=lambda *_: None)
+def test_pretraining_loss_falls(small_base):
+    """The session's small base (tests/conftest.py) pretrained from scratch: its manifest's loss curve fell."""
+    _, manifest = small_base
+    stats = manifest.data["metrics"]["pretrain"]
     assert stats["loss_last_avg"] < 0.6 * stats["loss_first"], stats
 
 
@@ -105,8 +107,10 @@ def test_checkpoint_loads_through_auto_classes(small_base):
 
 def test_status_command_prints_the_chain(small_base):
     recipe, _ = small_base
-    out = subprocess.run([sys.executable, "-m", "stages.commands.cli", "status", str(recipe.stage_dir("base").parent)],
-                         capture_output=True, text=True, check=True).stdout
+    done = zygote.run([sys.executable, "-m", "stages.commands.cli", "status", str(recipe.stage_dir("base").parent)],
+                      env={**os.environ, "OMP_NUM_THREADS": zygote.THREADS}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
     assert "base" in out and "complete" in out and "stage1" in out
 
 
