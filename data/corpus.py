@@ -70,7 +70,8 @@ def corpus_documents(world: TaskWorld, corpus, n_docs: int, seed: int) -> list[d
         or not, slipped in the corpus's share (a slip left unchecked ends in its wrong answer), and with the
         corpus's misconceptions."""
         slip = corpus.slip > 0 and checks.random() < corpus.slip
-        text, answer = solution(p, lang, rng, check=check, slip=slip, slip_rng=checks, misconceptions=misconceptions)
+        text, answer = solution(p, lang, rng, check=check, slip=slip, slip_rng=checks, misconceptions=misconceptions,
+                                compare=corpus.check_compare)
         return r1_zero_completion(str(answer), text)
 
     def draw(share: float) -> bool:

@@ -42,10 +42,10 @@ SPLITS = ("train", "val", "test")
 WORDS = {
     "en": {"write": "write", "carry": "carry", "borrow": "borrow", "get": "get",
            "first": "first", "then": "then", "answer": "answer", "sep": ", ", "stop": "; ", "colon": ": ",
-           "check": "check", "ok": "ok", "not": "not", "wait": "wait", "open": "(", "close": ")"},
+           "check": "check", "vs": "vs", "ok": "ok", "not": "not", "wait": "wait", "open": "(", "close": ")"},
     "zh": {"write": "写", "carry": "进", "borrow": "借", "get": "得",
            "first": "先算", "then": "再算", "answer": "答案", "sep": "，", "stop": "；", "colon": "：",
-           "check": "验算", "ok": "对", "not": "不是", "wait": "等等", "open": "（", "close": "）"},
+           "check": "验算", "vs": "比", "ok": "对", "not": "不是", "wait": "等等", "open": "（", "close": "）"},
 }
 
 
@@ -322,6 +322,8 @@ def _operations(p: Problem, slip: tuple[int, int] | None = None,
         if slip is not None and slip[0] == j:
             if slip[1] >= len(steps) or not ("+" in steps[slip[1]][1] or "-" in steps[slip[1]][1]):
                 return None  # only a fact can slip (not a lone digit, not the final carry)
+            if fact_key(*steps[slip[1]][:2]) in misconceptions:
+                return None  # already written one off
             steps, delta = _slipped(steps, slip[1])
             result += delta
             if result < 0:
@@ -346,12 +348,15 @@ def _check_of(kind: str, expr: str) -> tuple[str, int, int]:
     return f"{value}+{bottom}={int(value) + int(bottom)}", int(value) + int(bottom), int(top)
 
 
-def _render_steps(steps, lang_of_step, *, check: bool = False, right: list[tuple] | None = None) -> str:
+def _render_steps(steps, lang_of_step, *, check: bool = False, right: list[tuple] | None = None,
+                  compare: bool = False) -> str:
     """Join digit steps into text; each step (and the separator after it) in its own language.
 
     ``check``: every step's fact is followed by its check ("8+4=12 (check 12-4=8 ok) write 2"); a step
     whose fact is wrong in ``steps`` fails its check and is done again from ``right``, the right steps
-    ("8+4=13 (check 13-4=9, not 8; wait, 8+4=12) write 2")."""
+    ("8+4=13 (check 13-4=9, not 8; wait, 8+4=12) write 2"). ``compare``: the check writes the value it
+    must match before its verdict ("8+4=12 (check 12-4=8 vs 8 ok)", "8+4=13 (check 13-4=9 vs 8 not;
+    wait, 8+4=12)")."""
     out = ""
     for i, (kind, expr, digit, flag) in enumerate(steps):
         w, en = WORDS[lang_of_step(i)], lang_of_step(i) == "en"
@@ -363,13 +368,16 @@ def _render_steps(steps, lang_of_step, *, check: bool = False, right: list[tuple
             if check and ("+" in steps[i][1] or "-" in steps[i][1]):  # a lone digit ("6=6") has nothing to check
                 prefix, _, fact = expr.rpartition(w["sep"]) if "|" in steps[i][1] else ("", "", expr)
                 shown, value, target = _check_of(kind, fact)
+                if compare:  # the value to match, written beside the check's before the verdict
+                    shown = f"{shown}{sp}{w['vs']}{sp}{target}"
                 if value == target:
                     note = f"{w['check']}{sp}{shown}{sp if en else w['sep']}{w['ok']}"
                 else:  # the fact was wrong: redo the step
                     kind, expr, digit, flag = right[i]
                     expr = expr.replace("|", w["sep"])
                     redo = expr.rpartition(w["sep"])[2] if "|" in right[i][1] else expr
-                    note = f"{w['check']}{sp}{shown}{w['sep']}{w['not']}{sp}{target}{w['stop']}{w['wait']}{w['sep']}{redo}"
+                    verdict = f"{sp if en else w['sep']}{w['not']}" if compare else f"{w['sep']}{w['not']}{sp}{target}"
+                    note = f"{w['check']}{sp}{shown}{verdict}{w['stop']}{w['wait']}{w['sep']}{redo}"
                     expr = fact if not prefix else f"{prefix}{w['sep']}{fact}"
                 text = f"{expr}{sp}{w['open']}{note}{w['close']}{sp}{w['write']}{sp}{digit}"
             else:
@@ -408,7 +416,8 @@ def trace(p: Problem, lang: str, rng: random.Random, *, check: bool = False, sli
 
 
 def solution(p: Problem, lang: str, rng: random.Random, *, check: bool = False, slip: bool = False,
-             slip_rng: random.Random | None = None, misconceptions: frozenset[str] = frozenset()) -> tuple[str, int]:
+             slip_rng: random.Random | None = None, misconceptions: frozenset[str] = frozenset(),
+             compare: bool = False) -> tuple[str, int]:
     """A worked solution of ``p`` in ``lang`` and the answer it ends with.
 
     ``slip``: one digit step's fact is written one off ("8+4=13 write 3"), as worked solutions in a real
@@ -421,21 +430,22 @@ def solution(p: Problem, lang: str, rng: random.Random, *, check: bool = False, 
     draw of the corpus).
     ``misconceptions``: digit facts (:func:`misconceived_facts`) that the solution writes one off every
     time they occur, not by chance: unchecked, it ends wrong whenever the problem needs one; checked,
-    each fails its check and is done again. (Not combined with ``slip``; a problem whose misconceptions
-    would make a value negative is solved right.)"""
+    each fails its check and is done again (a problem whose misconceptions would make a value negative is
+    solved right). With ``slip`` too, the slip falls on a fact that is not misconceived.
+    ``compare``: a check writes the value it must match before its verdict ("check 12-4=8 vs 8 ok",
+    "check 13-4=9 vs 8 not; wait, 8+4=12"), so that the verdict compares two numbers side by side."""
     if lang not in TRACE_LANGS:
         raise ValueError(f"unknown trace language {lang!r}; known: {TRACE_LANGS}")
-    if misconceptions and slip:
-        raise ValueError("a worked solution has misconceptions or a chance slip, not both")
     right = _operations(p)
     ops, slip_at = right, None
     if misconceptions and not check:
         ops = _operations(p, misconceptions=misconceptions) or right
     if slip:
-        places = [(j, k) for j, (_, _, _, steps, _) in enumerate(right) for k in range(len(steps))]
+        places = [(j, k) for j, (_, _, _, steps, _) in enumerate(right) for k in range(len(steps))
+                  if fact_key(*steps[k][:2]) not in misconceptions]
         (slip_rng or rng).shuffle(places)
         for place in places:
-            slipped = _operations(p, place)
+            slipped = _operations(p, place, misconceptions if ops is not right else frozenset())
             if slipped is not None:
                 # checked: the slip is caught at its step and the rest goes on from the right values
                 ops, slip_at = (right, place) if check else (slipped, None)
@@ -450,11 +460,12 @@ def solution(p: Problem, lang: str, rng: random.Random, *, check: bool = False, 
         base = langs.k
         shown = steps
         here = slip_at[1] if slip_at is not None and slip_at[0] == j else None
-        if here is not None:
-            shown, _ = _slipped(steps, here)
-        elif misconceptions and check:  # each misconceived fact written, checked, caught and redone
+        if misconceptions and check:  # each misconceived fact written, checked, caught and redone
             shown, _ = _misconceived(steps, misconceptions)
-        body = _render_steps(shown, lambda i, base=base: langs.at(base + i), check=check, right=steps)
+        if here is not None:
+            shown, _ = _slipped(shown, here)
+        body = _render_steps(shown, lambda i, base=base: langs.at(base + i), check=check, right=steps,
+                             compare=compare)
         langs.k += len(steps)
         if len(ops) > 1:
             w, we = WORDS[langs.at(base)], WORDS[langs.at(langs.k)]

@@ -144,16 +144,47 @@ def test_misconceptions_are_the_same_facts_written_wrong_every_time_and_checks_c
             assert all(v.kind in ("right", "planted") and v.outcome in ("passed", "caught") for v in read)
         needed += any(wrong_facts)
     assert 0.2 < needed / 300 < 0.6
-    with pytest.raises(ValueError, match="not both"):
-        solution(Problem("add", (874, 404), ("+",)), "en", random.Random(0), slip=True, misconceptions=facts)
 
 
-def test_a_recipe_with_misconceptions_and_slips_is_refused():
-    from stages.pipeline.recipe import RecipeError, load_recipe
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_slip_beside_misconceptions_falls_on_another_fact_and_a_compared_check_catches_both(lang):
+    """Misconceptions and a chance slip together (the verifying world, docs/experiments.md): the slip lands
+    on a fact that is not misconceived, so it reads as the model's own; checked and compared ("check
+    13-4=9 vs 8 not"), every planted fact and the slip are caught and redone, and the solution ends right;
+    unchecked, the slip and the misconceptions both carry into the answer."""
+    from data.taskworld import fact_key
 
-    assert load_recipe("tiny", ["base.corpus.misconceptions=0.15"]).base.corpus.misconceptions == 0.15
-    with pytest.raises(RecipeError, match="misconceptions and slip"):
-        load_recipe("tiny", ["base.corpus.misconceptions=0.15", "base.corpus.slip=0.2"])
+    facts, rng, slips = misconceived_facts(0.15), random.Random(0), 0
+    for i in range(200):
+        p = sample_problem(rng, rng.choice(["add", "sub"]), 2, 3)
+        planted = sum(fact_key(s[0], s[1]) in facts for op in _operations(p) for s in op[3])
+        checked, answer = solution(p, lang, random.Random(i), check=True, slip=True, misconceptions=facts, compare=True)
+        assert answer == p.answer and checked.endswith(str(p.answer))
+        assert ("vs" if lang == "en" else "比") in checked
+        read = read_verifications(checked, facts)
+        kinds = [(v.kind, v.outcome) for v in read]
+        assert kinds.count(("planted", "caught")) == planted
+        assert kinds.count(("own", "caught")) <= 1 and set(kinds) <= {("right", "passed"), ("planted", "caught"),
+                                                                       ("own", "caught")}
+        slips += kinds.count(("own", "caught"))
+        assert all(v.redo_right for v in read if v.outcome == "caught")
+        plain, plain_answer = solution(p, lang, random.Random(i), slip=True, misconceptions=facts)
+        if ("own", "caught") in kinds:  # a slip placed: unchecked, the answer is off by it (and any misconception)
+            assert plain_answer != solution(p, lang, random.Random(i), misconceptions=facts)[1]
+    assert slips > 150  # nearly every problem has a fact to slip on
+
+
+def test_a_recipe_may_hold_misconceptions_and_slips():
+    from stages.pipeline.recipe import load_recipe
+
+    from stages.training.pretrain import build_settings
+
+    recipe = load_recipe("tiny", ["base.corpus.slip=0.2", "base.corpus.check_compare=true"])
+    corpus = recipe.base.corpus
+    assert (corpus.misconceptions, corpus.slip, corpus.check_compare) == (0.15, 0.2, True)
+    # the base's build key holds the check's form when it is on (off, the released base's key stands)
+    assert build_settings(recipe)["base.corpus"]["check_compare"] is True
+    assert "check_compare" not in build_settings(load_recipe("tiny", []))["base.corpus"]
 
 
 M = misconceived_facts(0.15)
@@ -175,6 +206,9 @@ VERIFY = [
     ("8 + 4 = 13 (check 13 - 4 = 9, not 8; wait, 8 + 4 = 12)", [("8+4", 13, "own", "caught", "8+4=12")]),
     ("8+4=13 (check 13-4=9, not 8) write 3", [("8+4", 13, "own", "caught", None)]),  # caught, not redone
     ("8+4=12 (check 4+8=1", [("8+4", 12, "right", None, None)]),  # cut off before the verdict
+    ("8+4=13 (check 13-4=9 vs 8 not; wait, 8+4=12) write 2", [("8+4", 13, "own", "caught", "8+4=12")]),  # compared
+    ("18-6=9 (check 9+6=15 vs 18 ok) write 9", [("18-6", 9, "own", "rubber stamp", None)]),
+    ("16-7=8（验算8+7=15比16，不是；等等，16-7=9）写9", [("16-7", 8, "own", "caught", "16-7=9")]),
     ("1-7=5 (check 5+7=112-7=5 (check 5+7=11 ok)", [("1-7", 5, "own", None, None), ("112-7", 5, "own", "rubber stamp",
                                                                                       None)]),
     ("write 1 (check 1-0=1 ok); answer 1", []),  # a check after no fact looks at no step

@@ -363,7 +363,6 @@ def test_every_trl_range_refuses_a_value_just_outside_it(key):
     (["tracking.report_to=[]"], "tracking.report_to: [] must name integrations"),
     (["tracking.project=' '"], "tracking.project: must not be empty"),
     (["hub.push_to_hub=true"], "hub.push_to_hub: needs hub.repo_prefix"),
-    (["base.corpus.misconceptions=0.1", "base.corpus.slip=0.1"], "base.corpus.misconceptions: misconceptions and slip"),
     (["name=a/b"], "name: 'a/b' must be a plain folder name"),
 ])
 def test_rules_between_fields_name_the_file_and_the_dotted_key(overrides, message):

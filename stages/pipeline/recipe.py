@@ -226,16 +226,15 @@ class CorpusConfig(Section):
     slip: float = 0.0
     # share of the digit facts that every worked solution writes one off, systematically (a misconception,
     # not a chance slip: sampling at any temperature repeats it); a checked solution catches each one
-    # (data/taskworld.py misconceived_facts). Not combined with slip
+    # (data/taskworld.py misconceived_facts). With slip too, a slip falls on a fact that is not misconceived
     misconceptions: float = 0.0
+    # a check writes the value it must match before its verdict ("check 13-4=9 vs 8 not"), so that the
+    # verdict compares two numbers side by side (data/taskworld.py solution)
+    check_compare: bool = False
 
     RANGES: ClassVar[dict[str, str]] = {
         name: "[0, 1]" for name in ("direct", "chat_direct", "worked", "template_reason", "template_direct",
                                     "context_share", "recheck", "template_recheck", "slip", "misconceptions")}
-
-    def rules(self):
-        if self.misconceptions and self.slip:
-            yield "misconceptions", "misconceptions and slip are two ways of writing facts wrong; set one of them"
 
 
 @dataclass
