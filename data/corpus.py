@@ -71,7 +71,7 @@ def corpus_documents(world: TaskWorld, corpus, n_docs: int, seed: int) -> list[d
         corpus's misconceptions."""
         slip = corpus.slip > 0 and checks.random() < corpus.slip
         text, answer = solution(p, lang, rng, check=check, slip=slip, slip_rng=checks, misconceptions=misconceptions,
-                                compare=corpus.check_compare)
+                                check_form=corpus.check_form)
         return r1_zero_completion(str(answer), text)
 
     def draw(share: float) -> bool:

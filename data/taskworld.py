@@ -333,6 +333,10 @@ def _operations(p: Problem, slip: tuple[int, int] | None = None,
     return out
 
 
+# how a check is written (data/taskworld.py _render_steps): the corpus's first form, and two that compare
+CHECK_FORMS = ("plain", "compare_after", "compare_first")
+
+
 def _check_of(kind: str, expr: str) -> tuple[str, int, int]:
     """A digit step's check: its fact undone by the inverse operation, (the check's text, its value, the
     value it must match). Addition: the sum less the other terms ("8+4=12" → "12-4=8", "8+4+1=13" →
@@ -349,14 +353,15 @@ def _check_of(kind: str, expr: str) -> tuple[str, int, int]:
 
 
 def _render_steps(steps, lang_of_step, *, check: bool = False, right: list[tuple] | None = None,
-                  compare: bool = False) -> str:
+                  form: str = "plain") -> str:
     """Join digit steps into text; each step (and the separator after it) in its own language.
 
     ``check``: every step's fact is followed by its check ("8+4=12 (check 12-4=8 ok) write 2"); a step
     whose fact is wrong in ``steps`` fails its check and is done again from ``right``, the right steps
-    ("8+4=13 (check 13-4=9, not 8; wait, 8+4=12) write 2"). ``compare``: the check writes the value it
-    must match before its verdict ("8+4=12 (check 12-4=8 vs 8 ok)", "8+4=13 (check 13-4=9 vs 8 not;
-    wait, 8+4=12)")."""
+    ("8+4=13 (check 13-4=9, not 8; wait, 8+4=12) write 2"). ``form`` (:data:`CHECK_FORMS`): ``plain`` as
+    above; ``compare_after``: the value the check must match written after the check's, before the verdict
+    ("8+4=13 (check 13-4=9 vs 8 not; wait, 8+4=12)"); ``compare_first``: that value written first, copied
+    from the step before the check computes anything ("8+4=13 (check 8 vs 13-4=9 not; wait, 8+4=12)")."""
     out = ""
     for i, (kind, expr, digit, flag) in enumerate(steps):
         w, en = WORDS[lang_of_step(i)], lang_of_step(i) == "en"
@@ -368,15 +373,18 @@ def _render_steps(steps, lang_of_step, *, check: bool = False, right: list[tuple
             if check and ("+" in steps[i][1] or "-" in steps[i][1]):  # a lone digit ("6=6") has nothing to check
                 prefix, _, fact = expr.rpartition(w["sep"]) if "|" in steps[i][1] else ("", "", expr)
                 shown, value, target = _check_of(kind, fact)
-                if compare:  # the value to match, written beside the check's before the verdict
+                if form == "compare_after":  # the value to match, written beside the check's before the verdict
                     shown = f"{shown}{sp}{w['vs']}{sp}{target}"
+                elif form == "compare_first":  # ... or before the check, copied while only the step is there
+                    shown = f"{target}{sp}{w['vs']}{sp}{shown}"
                 if value == target:
                     note = f"{w['check']}{sp}{shown}{sp if en else w['sep']}{w['ok']}"
                 else:  # the fact was wrong: redo the step
                     kind, expr, digit, flag = right[i]
                     expr = expr.replace("|", w["sep"])
                     redo = expr.rpartition(w["sep"])[2] if "|" in right[i][1] else expr
-                    verdict = f"{sp if en else w['sep']}{w['not']}" if compare else f"{w['sep']}{w['not']}{sp}{target}"
+                    verdict = (f"{w['sep']}{w['not']}{sp}{target}" if form == "plain" else
+                               f"{sp if en else w['sep']}{w['not']}")
                     note = f"{w['check']}{sp}{shown}{verdict}{w['stop']}{w['wait']}{w['sep']}{redo}"
                     expr = fact if not prefix else f"{prefix}{w['sep']}{fact}"
                 text = f"{expr}{sp}{w['open']}{note}{w['close']}{sp}{w['write']}{sp}{digit}"
@@ -417,7 +425,7 @@ def trace(p: Problem, lang: str, rng: random.Random, *, check: bool = False, sli
 
 def solution(p: Problem, lang: str, rng: random.Random, *, check: bool = False, slip: bool = False,
              slip_rng: random.Random | None = None, misconceptions: frozenset[str] = frozenset(),
-             compare: bool = False) -> tuple[str, int]:
+             check_form: str = "plain") -> tuple[str, int]:
     """A worked solution of ``p`` in ``lang`` and the answer it ends with.
 
     ``slip``: one digit step's fact is written one off ("8+4=13 write 3"), as worked solutions in a real
@@ -432,8 +440,11 @@ def solution(p: Problem, lang: str, rng: random.Random, *, check: bool = False, 
     time they occur, not by chance: unchecked, it ends wrong whenever the problem needs one; checked,
     each fails its check and is done again (a problem whose misconceptions would make a value negative is
     solved right). With ``slip`` too, the slip falls on a fact that is not misconceived.
-    ``compare``: a check writes the value it must match before its verdict ("check 12-4=8 vs 8 ok",
-    "check 13-4=9 vs 8 not; wait, 8+4=12"), so that the verdict compares two numbers side by side."""
+    ``check_form``: how a check is written (:data:`CHECK_FORMS`, :func:`_render_steps`): ``compare_after``
+    and ``compare_first`` write the value the check must match beside the check's own ("check 12-4=8 vs 8
+    ok", "check 8 vs 12-4=8 ok"), so that the verdict compares two numbers side by side."""
+    if check_form not in CHECK_FORMS:
+        raise ValueError(f"unknown check form {check_form!r}; known: {CHECK_FORMS}")
     if lang not in TRACE_LANGS:
         raise ValueError(f"unknown trace language {lang!r}; known: {TRACE_LANGS}")
     right = _operations(p)
@@ -465,7 +476,7 @@ def solution(p: Problem, lang: str, rng: random.Random, *, check: bool = False, 
         if here is not None:
             shown, _ = _slipped(shown, here)
         body = _render_steps(shown, lambda i, base=base: langs.at(base + i), check=check, right=steps,
-                             compare=compare)
+                             form=check_form)
         langs.k += len(steps)
         if len(ops) > 1:
             w, we = WORDS[langs.at(base)], WORDS[langs.at(langs.k)]

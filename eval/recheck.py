@@ -40,9 +40,9 @@ __all__ = ["LABELS", "OUTCOMES", "Checks", "Verification", "label", "read_checks
 
 LABELS = ("plain", "rechecked", "corrected")
 
-# a check: "check 12-4=8" / "验算12-4=8"
-_CHECK = re.compile(r"(?:\bcheck\b|验算)\s*\d+\s*[-+]\s*\d+", re.IGNORECASE)
-# a failed check: ", not 8" / "，不是8" (or "vs 8 not" / "比8，不是": data/taskworld.py solution's compare)
+# a check: "check 12-4=8" / "验算12-4=8" (or "check 8 vs 12-4=8" / "验算8比12-4=8": data/taskworld.py CHECK_FORMS)
+_CHECK = re.compile(r"(?:\bcheck\b|验算)\s*(?:\d+\s*(?:vs|比)\s*)?\d+\s*[-+]\s*\d+", re.IGNORECASE)
+# a failed check: ", not 8" / "，不是8" (or "vs 8 not" / "比8，不是": data/taskworld.py CHECK_FORMS)
 _FAILED = re.compile(r"\bnot\b|不是", re.IGNORECASE)
 # acting on it: "; wait, 8+4=12" / "；等等，8+4=12"
 _REDO = re.compile(r"(?:\bwait\b|等等)\W{0,3}\d+\s*[-+]\s*\d+", re.IGNORECASE)

@@ -6,6 +6,7 @@ slip=…)``), read back by both."""
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -28,6 +29,8 @@ CASES = [
     ("4+4=8写8，7+0=7写7，8+4=12写2进1，写1；答案1278", "plain", 0, 0, 0),
     ("4+4=8 (check 4+4=8 ok) write 8, 7+0=7 (check 0+7=7 ok) write 7; answer 78", "rechecked", 2, 0, 0),
     ("4+4=8（验算4+4=8，对）写8；答案8", "rechecked", 1, 0, 0),
+    ("4+4=9 (check 4 vs 9-4=5 not; wait, 4+4=8) write 8; answer 8", "corrected", 1, 1, 1),  # the value to match first
+    ("4+4=8（验算4比8-4=4，对）写8；答案8", "rechecked", 1, 0, 0),
     ("4+4=9 (check 4+4=8, not 9; wait, 4+4=8) write 8, 7+0=7 (check 0+7=7 ok) write 7; answer 78",
      "corrected", 2, 1, 1),
     ("16-7=8（验算8+7=15，不是16；等等，16-7=9）写9借1；答案99", "corrected", 1, 1, 1),
@@ -146,8 +149,9 @@ def test_misconceptions_are_the_same_facts_written_wrong_every_time_and_checks_c
     assert 0.2 < needed / 300 < 0.6
 
 
+@pytest.mark.parametrize("form", ["compare_after", "compare_first"])
 @pytest.mark.parametrize("lang", ["en", "zh"])
-def test_a_slip_beside_misconceptions_falls_on_another_fact_and_a_compared_check_catches_both(lang):
+def test_a_slip_beside_misconceptions_falls_on_another_fact_and_a_compared_check_catches_both(lang, form):
     """Misconceptions and a chance slip together (the verifying world, docs/experiments.md): the slip lands
     on a fact that is not misconceived, so it reads as the model's own; checked and compared ("check
     13-4=9 vs 8 not"), every planted fact and the slip are caught and redone, and the solution ends right;
@@ -158,9 +162,13 @@ def test_a_slip_beside_misconceptions_falls_on_another_fact_and_a_compared_check
     for i in range(200):
         p = sample_problem(rng, rng.choice(["add", "sub"]), 2, 3)
         planted = sum(fact_key(s[0], s[1]) in facts for op in _operations(p) for s in op[3])
-        checked, answer = solution(p, lang, random.Random(i), check=True, slip=True, misconceptions=facts, compare=True)
+        checked, answer = solution(p, lang, random.Random(i), check=True, slip=True, misconceptions=facts,
+                                   check_form=form)
         assert answer == p.answer and checked.endswith(str(p.answer))
-        assert ("vs" if lang == "en" else "比") in checked
+        got = read_checks(checked)
+        assert got.checks == checked.count("check" if lang == "en" else "验算") and got.failed == got.redone
+        vs = re.search(r"(?:check|验算) ?(\d+ ?(?:vs|比))?", checked)  # the value to match: before or after the check's
+        assert vs and bool(vs[1]) == (form == "compare_first"), checked
         read = read_verifications(checked, facts)
         kinds = [(v.kind, v.outcome) for v in read]
         assert kinds.count(("planted", "caught")) == planted
@@ -179,12 +187,12 @@ def test_a_recipe_may_hold_misconceptions_and_slips():
 
     from stages.training.pretrain import build_settings
 
-    recipe = load_recipe("tiny", ["base.corpus.slip=0.2", "base.corpus.check_compare=true"])
+    recipe = load_recipe("tiny", ["base.corpus.slip=0.2", "base.corpus.check_form=compare_first"])
     corpus = recipe.base.corpus
-    assert (corpus.misconceptions, corpus.slip, corpus.check_compare) == (0.15, 0.2, True)
-    # the base's build key holds the check's form when it is on (off, the released base's key stands)
-    assert build_settings(recipe)["base.corpus"]["check_compare"] is True
-    assert "check_compare" not in build_settings(load_recipe("tiny", []))["base.corpus"]
+    assert (corpus.misconceptions, corpus.slip, corpus.check_form) == (0.15, 0.2, "compare_first")
+    # the base's build key holds the check's form when it is not plain (plain: the released base's key stands)
+    assert build_settings(recipe)["base.corpus"]["check_form"] == "compare_first"
+    assert "check_form" not in build_settings(load_recipe("tiny", []))["base.corpus"]
 
 
 M = misconceived_facts(0.15)
@@ -207,6 +215,7 @@ VERIFY = [
     ("8+4=13 (check 13-4=9, not 8) write 3", [("8+4", 13, "own", "caught", None)]),  # caught, not redone
     ("8+4=12 (check 4+8=1", [("8+4", 12, "right", None, None)]),  # cut off before the verdict
     ("8+4=13 (check 13-4=9 vs 8 not; wait, 8+4=12) write 2", [("8+4", 13, "own", "caught", "8+4=12")]),  # compared
+    ("4-6=2 (check 4 vs 2+6=8 not; wait, 14-6=8) write 8", [("4-6", 2, "own", "caught", "14-6=8")]),
     ("18-6=9 (check 9+6=15 vs 18 ok) write 9", [("18-6", 9, "own", "rubber stamp", None)]),
     ("16-7=8（验算8+7=15比16，不是；等等，16-7=9）写9", [("16-7", 8, "own", "caught", "16-7=9")]),
     ("1-7=5 (check 5+7=112-7=5 (check 5+7=11 ok)", [("1-7", 5, "own", None, None), ("112-7", 5, "own", "rubber stamp",

@@ -228,9 +228,9 @@ class CorpusConfig(Section):
     # not a chance slip: sampling at any temperature repeats it); a checked solution catches each one
     # (data/taskworld.py misconceived_facts). With slip too, a slip falls on a fact that is not misconceived
     misconceptions: float = 0.0
-    # a check writes the value it must match before its verdict ("check 13-4=9 vs 8 not"), so that the
-    # verdict compares two numbers side by side (data/taskworld.py solution)
-    check_compare: bool = False
+    # how a check is written: plain "check 13-4=9, not 8"; compare_after "check 13-4=9 vs 8 not";
+    # compare_first "check 8 vs 13-4=9 not" (data/taskworld.py CHECK_FORMS, docs/experiments.md)
+    check_form: Literal["plain", "compare_after", "compare_first"] = "plain"
 
     RANGES: ClassVar[dict[str, str]] = {
         name: "[0, 1]" for name in ("direct", "chat_direct", "worked", "template_reason", "template_direct",

@@ -162,8 +162,8 @@ def build_settings(recipe) -> dict:
     import dataclasses
 
     corpus = dataclasses.asdict(recipe.base.corpus)
-    if not corpus["check_compare"]:  # added after the release was built, off there: kept out so its key stands
-        del corpus["check_compare"]
+    if corpus["check_form"] == "plain":  # added after the release was built, plain there: kept out so its key stands
+        del corpus["check_form"]
     return {"seed": base_seed(recipe), "task_world": dataclasses.asdict(recipe.task_world),
             "base.architecture": dataclasses.asdict(recipe.base.architecture),
             "base.corpus": corpus,
