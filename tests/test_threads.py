@@ -91,18 +91,28 @@ def test_fixed_threads_names_what_fixed_the_count(monkeypatch):
         fixed_threads()
 
 
-def test_a_process_that_runs_for_a_moment_is_not_taken_for_a_neighbour():
-    """A neighbour busy for a fifth of the measurement (a passing shell command) is not left a core:
-    the least of the windows counts."""
-    import subprocess
-    import sys
+@pytest.mark.parametrize("neighbour,expected", [
+    ([1.0, 0.0, 0.0], 0.0),  # busy for a third of the measurement (a passing shell command): not a neighbour
+    ([1.0, 1.0, 1.0], 1.0),  # busy throughout: one core
+    ([2.0, 1.5, 1.0], 1.0),  # the least of the windows
+])
+def test_a_process_that_runs_for_a_moment_is_not_taken_for_a_neighbour(monkeypatch, neighbour, expected):
+    """The least of the windows counts, on a machine whose other processes' cores per window are given
+    (a clock and /proc/stat stood in: the suite's other lane makes the real machine's load move)."""
+    import stages.pipeline.threads as threads
 
-    baseline = busy_elsewhere(0.6)  # whatever else the machine runs meanwhile
-    passing = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 0.25: pass"])
-    try:
-        assert busy_elsewhere(0.6) < baseline + 0.3  # one spinning core over 40% of the time would be +0.4
-    finally:
-        passing.wait()
+    clock, busy, own, windows = [0.0], [0.0], [0.0], iter(neighbour)
+
+    def sleep(dt):  # each window: the neighbour's cores, and this process busy half the time
+        cores = next(windows)
+        clock[0] += dt
+        busy[0] += (cores + 0.5) * dt
+        own[0] += 0.5 * dt
+
+    monkeypatch.setattr(threads, "_busy_and_own", lambda: (busy[0], own[0]))
+    monkeypatch.setattr(threads.time, "sleep", sleep)
+    monkeypatch.setattr(threads.time, "monotonic", lambda: clock[0])
+    assert busy_elsewhere(0.6, windows=3) == pytest.approx(expected)
 
 
 def test_the_recipe_fixes_each_stages_threads(monkeypatch, tmp_path):
