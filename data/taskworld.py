@@ -353,12 +353,12 @@ def _check_of(kind: str, expr: str) -> tuple[str, int, int]:
 
 
 def _render_steps(steps, lang_of_step, *, check: bool = False, right: list[tuple] | None = None,
-                  form: str = "plain") -> str:
+                  check_form: str = "plain") -> str:
     """Join digit steps into text; each step (and the separator after it) in its own language.
 
     ``check``: every step's fact is followed by its check ("8+4=12 (check 12-4=8 ok) write 2"); a step
     whose fact is wrong in ``steps`` fails its check and is done again from ``right``, the right steps
-    ("8+4=13 (check 13-4=9, not 8; wait, 8+4=12) write 2"). ``form`` (:data:`CHECK_FORMS`): ``plain`` as
+    ("8+4=13 (check 13-4=9, not 8; wait, 8+4=12) write 2"). ``check_form`` (:data:`CHECK_FORMS`): ``plain`` as
     above; ``compare_after``: the value the check must match written after the check's, before the verdict
     ("8+4=13 (check 13-4=9 vs 8 not; wait, 8+4=12)"); ``compare_first``: that value written first, copied
     from the step before the check computes anything ("8+4=13 (check 8 vs 13-4=9 not; wait, 8+4=12)")."""
@@ -373,9 +373,9 @@ def _render_steps(steps, lang_of_step, *, check: bool = False, right: list[tuple
             if check and ("+" in steps[i][1] or "-" in steps[i][1]):  # a lone digit ("6=6") has nothing to check
                 prefix, _, fact = expr.rpartition(w["sep"]) if "|" in steps[i][1] else ("", "", expr)
                 shown, value, target = _check_of(kind, fact)
-                if form == "compare_after":  # the value to match, written beside the check's before the verdict
+                if check_form == "compare_after":  # the value to match, written beside the check's before the verdict
                     shown = f"{shown}{sp}{w['vs']}{sp}{target}"
-                elif form == "compare_first":  # ... or before the check, copied while only the step is there
+                elif check_form == "compare_first":  # ... or before the check, copied while only the step is there
                     shown = f"{target}{sp}{w['vs']}{sp}{shown}"
                 if value == target:
                     note = f"{w['check']}{sp}{shown}{sp if en else w['sep']}{w['ok']}"
@@ -383,7 +383,7 @@ def _render_steps(steps, lang_of_step, *, check: bool = False, right: list[tuple
                     kind, expr, digit, flag = right[i]
                     expr = expr.replace("|", w["sep"])
                     redo = expr.rpartition(w["sep"])[2] if "|" in right[i][1] else expr
-                    verdict = (f"{w['sep']}{w['not']}{sp}{target}" if form == "plain" else
+                    verdict = (f"{w['sep']}{w['not']}{sp}{target}" if check_form == "plain" else
                                f"{sp if en else w['sep']}{w['not']}")
                     note = f"{w['check']}{sp}{shown}{verdict}{w['stop']}{w['wait']}{w['sep']}{redo}"
                     expr = fact if not prefix else f"{prefix}{w['sep']}{fact}"
@@ -455,8 +455,9 @@ def solution(p: Problem, lang: str, rng: random.Random, *, check: bool = False, 
         places = [(j, k) for j, (_, _, _, steps, _) in enumerate(right) for k in range(len(steps))
                   if fact_key(*steps[k][:2]) not in misconceptions]
         (slip_rng or rng).shuffle(places)
+        written_wrong = misconceptions if ops is not right else frozenset()  # what the unchecked ops write one off
         for place in places:
-            slipped = _operations(p, place, misconceptions if ops is not right else frozenset())
+            slipped = _operations(p, place, written_wrong)
             if slipped is not None:
                 # checked: the slip is caught at its step and the rest goes on from the right values
                 ops, slip_at = (right, place) if check else (slipped, None)
@@ -476,7 +477,7 @@ def solution(p: Problem, lang: str, rng: random.Random, *, check: bool = False, 
         if here is not None:
             shown, _ = _slipped(shown, here)
         body = _render_steps(shown, lambda i, base=base: langs.at(base + i), check=check, right=steps,
-                             form=check_form)
+                             check_form=check_form)
         langs.k += len(steps)
         if len(ops) > 1:
             w, we = WORDS[langs.at(base)], WORDS[langs.at(langs.k)]

@@ -184,7 +184,6 @@ def test_a_slip_beside_misconceptions_falls_on_another_fact_and_a_compared_check
 
 def test_a_recipe_may_hold_misconceptions_and_slips():
     from stages.pipeline.recipe import load_recipe
-
     from stages.training.pretrain import build_settings
 
     recipe = load_recipe("tiny", ["base.corpus.slip=0.2", "base.corpus.check_form=compare_first"])
