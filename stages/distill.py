@@ -30,8 +30,9 @@ from data.datasets import load_rows
 from data.jsonl import atomic_write_json, read_jsonl, read_jsonl_tolerant
 from data.templates import chat_user_message, training_chat_template
 from eval.decode import set_sample_processes
+from stages.pipeline import prebuilt
 from stages.pipeline.common import is_main, load_tokenizer, run_once, save_model_atomically, world_size
-from stages.pipeline.manifest import MANIFEST_NAME, Manifest, ManifestError, hash_checkpoint
+from stages.pipeline.manifest import MANIFEST_NAME, Manifest, ManifestError, hash_checkpoint, sha256_file
 from stages.pipeline.recipe import load_recipe
 from stages.pipeline.runner import StageContext, model_ref, stage_part, stage_sample_processes, stage_threads
 from stages.pipeline.threads import SideJob, fix_threads, fixed_threads
@@ -59,9 +60,7 @@ def run(ctx) -> Path:
     if not cfg.students:
         raise ValueError("distill: the recipe lists no students (distill.students)")
     source = Path(ctx.parent.path).parent / "sft_mix.jsonl"
-    rows = read_jsonl(source)
-    if cfg.data == "reasoning":
-        rows = [r for r in rows if r.get("task") == "reasoning"]
+    rows = curated_rows(cfg, source)
     m.add_input_data("stage4_curated", str(source), rows_used=len(rows))
     eval_rows, _, _ = load_rows(recipe.data.test, recipe)
     m.update_metrics(eval_template=EVAL_TEMPLATE, budget_steps=cfg.budget_steps)
@@ -76,6 +75,8 @@ def run(ctx) -> Path:
             record["eval_base_samples"] = f"{student.name}/eval_base/samples.jsonl"
             m.save()
         sft_cfg = budget_sft(cfg, len(rows))
+        if f"sft_{student.name}/sft" not in m.data["metrics"] and world_size() == 1:
+            run_once(_adopt_student_sft, ctx, student, base, source)
         sft = run_sft(ctx, sft_cfg, rows=rows, model_ref=base, name=f"{student.name}/sft")
         if "eval" not in record:
             record["eval"] = run_once(held_out, recipe, eval_rows, model_path=str(sft),
@@ -91,6 +92,12 @@ def run(ctx) -> Path:
                  record["eval_base"]["pass@1"], record["eval"]["pass@1"], record["budget"]["optimizer_steps"])
         first = first or sft
     return first
+
+
+def curated_rows(cfg, source: Path) -> list[dict]:
+    """The rows each student is fine-tuned on: stage 4's SFT mix, or its reasoning rows (``distill.data``)."""
+    rows = read_jsonl(source)
+    return [r for r in rows if r.get("task") == "reasoning"] if cfg.data == "reasoning" else rows
 
 
 def budget_sft(cfg, n_rows: int):
@@ -251,7 +258,7 @@ def student_bases_job(recipe) -> SideJob | None:
              if _needs_base(recipe, s) and _prebuilt(recipe, s, threads, placed=None) is None]
     if not names:
         return None
-    folder = _write_recipe_json(recipe).parent
+    folder = prebuilt.write_recipe_json(recipe).parent
     return SideJob(f"the build of student(s) {', '.join(names)}'s base for distill", "stages.distill",
                    ["prebuild", str(folder / "recipe.json"), *names], log_path=folder / "build.log", threads=threads)
 
@@ -259,14 +266,6 @@ def student_bases_job(recipe) -> SideJob | None:
 def side_base_threads(recipe) -> int:
     """The thread count the side work builds the students' bases on: distill's for them (else 1)."""
     return recipe.threads.get("distill.student_base") or stage_threads(recipe, "distill") or 1
-
-
-def _write_recipe_json(recipe) -> Path:
-    """The resolved recipe, for the side work's process (JSON, which ``load_recipe`` reads as YAML)."""
-    path = recipe.stage_dir("distill").parent / ".prebuilt" / "recipe.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(path, recipe.to_dict())
-    return path
 
 
 def _prebuild(recipe_json: Path, names: list[str]) -> None:
@@ -345,19 +344,28 @@ def control_job(recipe) -> SideJob | None:
     done = control_prebuilt_dir(recipe, name) / PREBUILT_INFO
     if done.is_file() and json.loads(done.read_text(encoding="utf-8")).get("recipe_hash") == recipe.hash():
         return None  # trained beside an earlier part of the stage already
-    prebuilt = prebuilt_dir(recipe, spec) / "model"
-    if spec.release:
-        base = release_path(spec.release)  # the released base, whose files distill registers (the same hashes)
-    elif _prebuilt(recipe, spec, side_base_threads(recipe), placed=None) is not None:
-        base = prebuilt  # the side work's, which distill will adopt
-    elif not _needs_base(recipe, spec):
-        base = recipe.stage_dir("distill") / name / "base"  # distill's, recorded
-    else:
+    base = side_student_base(recipe, spec)
+    if base is None:
         return None
-    folder = _write_recipe_json(recipe).parent
+    folder = prebuilt.write_recipe_json(recipe).parent
     return SideJob(f"the GRPO training of distill_rl's control (student {name})", "stages.distill",
                    ["prebuild-control", str(folder / "recipe.json"), str(base)], log_path=folder / "control.log",
                    threads=threads)
+
+
+def side_student_base(recipe, spec) -> Path | None:
+    """The base a side process trains student ``spec`` from, with the same files (hashes) as the one distill
+    registers or adopts: the released one, the side work's prebuilt one, or distill's recorded one; None for
+    a pretrained student or a base not built yet."""
+    if spec.pretrained:
+        return None
+    if spec.release:
+        return release_path(spec.release)  # the released base, whose files distill registers (the same hashes)
+    if _prebuilt(recipe, spec, side_base_threads(recipe), placed=None) is not None:
+        return prebuilt_dir(recipe, spec) / "model"  # the side work's, which distill will adopt
+    if not _needs_base(recipe, spec):
+        return recipe.stage_dir("distill") / spec.name / "base"  # distill's, recorded
+    return None
 
 
 def _control_trained(recipe) -> bool:
@@ -420,6 +428,70 @@ def _adopt_control(ctx, name: str, base: str) -> bool:
     return True
 
 
+# -- Side work: the students' SFT, beside stage 4's final RL -------------------------------------------
+# A student is fine-tuned on stage 4's curated set (sft_mix.jsonl, written before stage 4's SFT), not on stage
+# 4's models, so `r1 pipeline` trains it in a process on distill's thread count while stage 4's final RL (on
+# one thread) runs (stages.pipeline.runner.SIDE_WORK). distill takes it (stages.pipeline.prebuilt.adopt) only
+# when it is the training distill would do: the same recipe, base (its files' hashes), curated set (its hash)
+# and thread count; then it only evaluates.
+
+
+def _sft_name(student) -> str:
+    return f"distill-{student.name}-sft"
+
+
+def student_sft_job(recipe) -> SideJob | None:
+    """Start the students' SFT in another process; None when distill could not take it (no thread count for
+    distill in the recipe, no curated set yet, pretrained students, bases not built) or has it already."""
+    threads = stage_threads(recipe, "distill")
+    fixed = fixed_threads()
+    source = recipe.stage_dir("stage4") / "sft_mix.jsonl"
+    if threads is None or (fixed is not None and fixed[0] != threads) or not source.is_file():
+        return None
+    try:
+        trained = Manifest.load(recipe.stage_dir("distill")).data["metrics"]
+    except ManifestError:  # no distill run yet
+        trained = {}
+    data = sha256_file(source)
+    names = [s.name for s in recipe.distill.students
+             if f"sft_{s.name}/sft" not in trained and (base := side_student_base(recipe, s)) is not None
+             and prebuilt.done(recipe, _sft_name(s), threads=threads, base=hash_checkpoint(base), data=data) is None]
+    if not names:
+        return None
+    folder = prebuilt.write_recipe_json(recipe).parent
+    return SideJob(f"the SFT of student(s) {', '.join(names)} for distill", "stages.distill",
+                   ["prebuild-sft", str(folder / "recipe.json"), *names], log_path=folder / "students_sft.log",
+                   threads=threads)
+
+
+def _prebuild_sft(recipe_json: Path, names: list[str]) -> None:
+    """The side work's body (``python -m stages.distill prebuild-sft RECIPE_JSON NAME…``): each student's
+    SFT as distill runs it, in a scratch stage folder of its own."""
+    recipe = load_recipe(str(recipe_json))
+    threads = fix_threads(None)["threads"]  # R1_THREADS, set by the SideJob
+    source = recipe.stage_dir("stage4") / "sft_mix.jsonl"
+    rows = curated_rows(recipe.distill, source)
+    for student in (s for s in recipe.distill.students if s.name in names):
+        base = side_student_base(recipe, student)
+        ctx = prebuilt.scratch_stage(recipe, "distill", _sft_name(student))
+        run_sft(ctx, budget_sft(recipe.distill, len(rows)), rows=rows, model_ref=str(base), name=f"{student.name}/sft")
+        prebuilt.finish(ctx, [f"sft_{student.name}/sft"], threads=threads, base=hash_checkpoint(base),
+                        data=sha256_file(source))
+
+
+def _adopt_student_sft(ctx, student, base: str, source: Path) -> None:
+    """Take the student's SFT done beside stage 4 if it is the one distill would do (then ``run_sft``
+    finds it done: ``ctx.adopted``)."""
+    if prebuilt.adopt(ctx, _sft_name(student), f"student {student.name}'s SFT", threads=torch.get_num_threads(),
+                      base=hash_checkpoint(Path(base)), data=sha256_file(source)) is None:
+        return
+    ctx.adopted = True
+    if ctx.manifest.data["inputs"]["model"] is None:  # as the SFT's loading records it
+        ctx.manifest.set_input_model(base)
+    ctx.manifest.save()
+    log.info("student %s: its SFT done beside stage 4 (%d thread(s)), adopted", student.name, torch.get_num_threads())
+
+
 def control_student(recipe) -> str:
     cfg = recipe.distill
     return cfg.control_student or cfg.students[0].name
@@ -474,5 +546,9 @@ if __name__ == "__main__":  # the side work of r1 pipeline
     elif len(sys.argv) == 4 and sys.argv[1] == "prebuild-control":
         setup_logging()
         _prebuild_control(Path(sys.argv[2]), sys.argv[3])
+    elif len(sys.argv) >= 4 and sys.argv[1] == "prebuild-sft":
+        setup_logging()
+        _prebuild_sft(Path(sys.argv[2]), sys.argv[3:])
     else:
-        sys.exit("usage: python -m stages.distill prebuild RECIPE_JSON STUDENT… | prebuild-control RECIPE_JSON BASE")
+        sys.exit("usage: python -m stages.distill prebuild RECIPE_JSON STUDENT… | prebuild-control RECIPE_JSON BASE"
+                 " | prebuild-sft RECIPE_JSON STUDENT…")

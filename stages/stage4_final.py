@@ -19,9 +19,12 @@ from __future__ import annotations
 import logging
 import random
 import shutil
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
+
+import torch
 
 from data import general as G
 from data import timing
@@ -29,10 +32,15 @@ from data.datasets import load_general, load_preference_pairs, load_rows
 from data.jsonl import read_jsonl, write_jsonl_atomic
 from data.templates import chat_user_message, summary_of
 from eval import judges as J
+from eval.decode import set_sample_processes
 from eval.rejection import DROP_REASONS, rejection_sample
 from eval.runner import prompt_builder
-from stages.pipeline.common import load_sampler, pick_device, release, run_once
-from stages.pipeline.runner import base_of, model_ref, side_work, stage_part
+from stages.pipeline import prebuilt
+from stages.pipeline.common import is_main, load_sampler, pick_device, release, run_once, world_size
+from stages.pipeline.manifest import hash_checkpoint
+from stages.pipeline.recipe import load_recipe
+from stages.pipeline.runner import base_of, model_ref, side_work, stage_part, stage_sample_processes
+from stages.pipeline.threads import SideJob, cores, fix_threads
 from stages.training import rewards as R
 from stages.training.grpo import reward_functions, run_rl
 from stages.training.reward_model import RewardScorer, train_reward_model
@@ -66,7 +74,8 @@ def run(ctx, callbacks=None) -> Path:
     # stage 4's SFT, reward models and final RL run on the recipe's thread counts for them ("stage4.sft"…); a
     # core they leave free does later stages' independent work (stages.pipeline.runner.side_work): beside the SFT,
     # distill's student base when it is not released, else distill_rl's training of the control on the
-    # released one; the control beside the rest when its base was built beside the SFT
+    # released one; the control beside the rest when its base was built beside the SFT; beside the final RL,
+    # distill's SFT of its students on the mix. The reward models train side by side (reward_models)
     sft_pending = done.get("sft", {}).get("status") != "complete"
     with side_work(ctx, "distill", ("sft",), pending=sft_pending), \
             side_work(ctx, "distill_rl", ("sft",), pending=sft_pending), substep(m, "sft"), stage_part(ctx, "sft"):
@@ -80,11 +89,12 @@ def run(ctx, callbacks=None) -> Path:
     with side_work(ctx, "distill_rl", ("reward_models", "final_rl"), pending=rl_pending):
         with stage_part(ctx, "reward_models"):
             with substep(m, "reward_models"):
-                rms = {name: reward_model_step(ctx, name, general_train, init_ref=str(sft_model)) for name in RM_PART}
+                rms = reward_models(ctx, general_train, init_ref=str(sft_model))
             scorers = {name: RewardScorer(ref, device=pick_device(recipe.device),
                                           trust_remote_code=recipe.trust_remote_code) for name, ref in rms.items()}
             general_eval_step(ctx, "sft", str(sft_model), general_test, scorers)  # before the final RL changes anything
-        with substep(m, "final_rl"), stage_part(ctx, "final_rl"):
+        with side_work(ctx, "distill_sft", ("final_rl",), pending=rl_pending), substep(m, "final_rl"), \
+                stage_part(ctx, "final_rl"):
             final = final_rl(ctx, str(sft_model), general_train, scorers, callbacks)
     general_eval_step(ctx, "final", str(final), general_test, scorers)
     before, after = m.data["metrics"]["general_sft"], m.data["metrics"]["general_final"]
@@ -183,6 +193,63 @@ def sft_mix(reasoning: list[dict], general_train: list[dict], cfg, *, seed: int)
 # ---------------------------------------------------------------------------------------------
 # 3. Reward models
 # ---------------------------------------------------------------------------------------------
+
+
+def reward_models(ctx, general_train: list[dict], *, init_ref: str) -> dict[str, str]:
+    """Each reward model's reference (:data:`RM_PART`'s order). The two train independently from the same
+    SFT model, so when the part leaves a core free (its thread count below the machine's cores, one
+    process), the second trains in another process meanwhile (:func:`_side_reward_model`) and is taken only
+    if it is what this process would have trained (same recipe, SFT model and thread count: the same
+    weights, bit for bit); else it is trained here after the first."""
+    first, second = RM_PART
+    job = _start_side_reward_model(ctx, second, init_ref)
+    try:
+        refs = {first: reward_model_step(ctx, first, general_train, init_ref=init_ref)}
+    except BaseException:
+        if job is not None:
+            job.stop()
+        raise
+    if job is not None:
+        record = job.finish()
+        m = ctx.manifest
+        m.data["metrics"].setdefault("side_work", {})[f"rm_{second}"] = {**record, "during": "stage4.reward_models"}
+        adopted = prebuilt.adopt(ctx, f"stage4-rm_{second}", f"reward model {second}", threads=torch.get_num_threads(),
+                                 init=hash_checkpoint(Path(init_ref)))
+        m.save()
+        if adopted is not None:
+            log.info("reward model %s: trained beside reward model %s, adopted", second, first)
+            refs[second] = str(ctx.dir / f"rm_{second}")
+    if second not in refs:
+        refs[second] = reward_model_step(ctx, second, general_train, init_ref=init_ref)
+    return {name: refs[name] for name in RM_PART}
+
+
+def _start_side_reward_model(ctx, name: str, init_ref: str) -> SideJob | None:
+    """The side process training reward model ``name``, or None: a pretrained or finished one, no core
+    left free, or several processes (each would train its own)."""
+    spec, m = getattr(ctx.recipe.stage4, name), ctx.manifest
+    finished = f"rm_{name}" in m.data["metrics"] and (ctx.dir / f"rm_{name}").is_dir()
+    if spec.pretrained or finished or torch.get_num_threads() >= cores() or world_size() > 1 or not is_main():
+        return None
+    recipe_json = prebuilt.write_recipe_json(ctx.recipe)
+    return SideJob(f"the training of reward model {name}", "stages.stage4_final",
+                   ["side-reward-model", str(recipe_json), name, init_ref],
+                   log_path=prebuilt.folder(ctx.recipe, f"stage4-rm_{name}").parent / f"rm_{name}.log",
+                   threads=torch.get_num_threads())
+
+
+def _side_reward_model(recipe_json: str, name: str, init_ref: str) -> None:
+    """The side process's body (``python -m stages.stage4_final side-reward-model RECIPE_JSON NAME INIT_REF``):
+    :func:`reward_model_step` as stage 4 runs it (same thread count, same sampling processes, same general
+    rows), in a scratch stage folder."""
+    recipe = load_recipe(recipe_json)
+    threads = fix_threads(None)["threads"]  # R1_THREADS, set by the SideJob: the part's count
+    set_sample_processes(stage_sample_processes(recipe, "stage4"))  # the on-policy answers: the same draws
+    ctx = prebuilt.scratch_stage(recipe, "stage4", f"stage4-rm_{name}")
+    general_train, _ = load_general(recipe.stage4.general, recipe.seed)
+    reward_model_step(ctx, name, general_train, init_ref=init_ref)
+    prebuilt.finish(ctx, [f"rm_{name}", f"rm_{name}_on_policy_pairs"], threads=threads,
+                    init=hash_checkpoint(Path(init_ref)))
 
 
 def reward_model_step(ctx, name: str, general_train: list[dict], *, init_ref: str) -> str:
@@ -375,3 +442,13 @@ def summarize_general(records: list[dict], recipe) -> dict:
     out.update(helpfulness_score=out["rm_helpfulness_mean"], harmlessness_score=out["rm_harmlessness_mean"],
                helpful_rate=out["exactly_helpful_rate"], prompts=out["n_prompts"])
     return out
+
+
+if __name__ == "__main__":  # the side work of stage 4's reward models
+    from stages.pipeline.runner import setup_logging
+
+    if len(sys.argv) == 5 and sys.argv[1] == "side-reward-model":
+        setup_logging()
+        _side_reward_model(*sys.argv[2:])
+    else:
+        sys.exit("usage: python -m stages.stage4_final side-reward-model RECIPE_JSON NAME INIT_REF")

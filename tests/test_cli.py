@@ -58,10 +58,11 @@ def test_pipeline_runs_every_stage_in_order_in_one_process_then_status_and_repor
     assert calls[-4][1] is stages.distill.run and calls[-3][1] is stages.distill.run_control
     assert all(c[2] is True for c in calls[:-2])
     assert calls[-1][1] == str(tmp_path / "tiny")
-    # the distillation student's base, and the control's training, are done beside stage 4 (distill and
-    # distill_rl run later in the same command)
+    # the distillation student's base and SFT, and the control's training, are done beside stage 4 (distill
+    # and distill_rl run later in the same command)
     assert side == {**{s: {} for s in stages.pipeline.runner.STAGES},
-                    "stage4": {"distill": stages.distill.student_bases_job, "distill_rl": stages.distill.control_job}}
+                    "stage4": {"distill": stages.distill.student_bases_job, "distill_rl": stages.distill.control_job,
+                               "distill_sft": stages.distill.student_sft_job}}
 
 
 def test_pipeline_dry_run_plans_every_stage(capsys):

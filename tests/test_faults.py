@@ -210,7 +210,7 @@ def chain4(chain3):
     pytest.param("write:sft_mix.jsonl", marks=slow),
     pytest.param("generate@1", marks=slow),  # the SFT model's answers sampled for the reward models' pairs
     "optimizer_step@2",  # the SFT on the mix
-    "save:rm_harmlessness",  # the second reward model
+    "save:rm_helpfulness",  # the first reward model, while the second trains beside it
     "reward@2",  # the final RL's second step
     pytest.param("write:manifest.json:complete", marks=slow),
 ])

@@ -21,6 +21,7 @@ import torch
 from transformers import TrainerCallback
 
 import stages.distill
+import stages.pipeline.prebuilt
 import stages.pipeline.threads
 import stages.stage2_cold_start
 import stages.stage3_reasoning_rl
@@ -149,6 +150,9 @@ def test_stage4_then_distillation(chain, tmp_path, scripted, control_calls, monk
     # which stops the latter. A busy machine changes no count (stages/pipeline/threads.py)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(stages.pipeline.threads, "busy_elsewhere", lambda *a, **k: 1.0)
+    # the reward models train one after the other here: a side process would not sample by this test's script
+    # (the side path: test_a_reward_model_trained_beside_the_other_is_the_one_trained_here)
+    monkeypatch.setattr(stages.stage4_final, "_start_side_reward_model", lambda *a: None)
     side_work = side_work_for("stage4", ["distill", "distill_rl"])
     with pytest.raises(KeyboardInterrupt):
         run_stage(r, "stage4", lambda ctx: stages.stage4_final.run(ctx, callbacks=[Interrupt()]), side_work=side_work)
@@ -213,6 +217,8 @@ def test_stage4_then_distillation(chain, tmp_path, scripted, control_calls, monk
     assert m.status == "complete" and m.data["resumes"]
     side = m.data["metrics"]["side_work"]["distill_rl"]
     assert side["exit_code"] == 0 and side["during"] == "stage4.reward_models + stage4.final_rl"
+    side = m.data["metrics"]["side_work"]["distill_sft"]  # the student's SFT on the mix, beside the final RL
+    assert side["exit_code"] == 0 and side["during"] == "stage4.final_rl" and "student(s) s1" in side["what"]
     assert (control_folder / "build.json").is_file()
     assert [c["kind"] for c in scripted].count("rejection") == len(rejection_calls)  # not redone
     assert m.data["metrics"]["train"]["steps"] == 2
@@ -235,6 +241,15 @@ def test_stage4_then_distillation(chain, tmp_path, scripted, control_calls, monk
         stages.distill._build_student_base(stages.distill._student_recipe(r, r.distill.students[0]), here)
     assert (here / "model.safetensors").read_bytes() == (dd / "s1" / "base" / "model.safetensors").read_bytes()
     assert md.status == "complete" and student["sft"]["rows"] == len(mix) and "pass@1" in student["eval"]
+    # its SFT is the one done beside stage 4's final RL, and the same, bit for bit, as one done here
+    assert student["sft"]["built"] == "side work" and not stages.pipeline.prebuilt.folder(r, "distill-s1-sft").exists()
+    assert md.resolve(md.data["inputs"]["model"]["ref"]).resolve() == (dd / "s1" / "base").resolve()
+    with part_threads(1):
+        here = stages.pipeline.prebuilt.scratch_stage(r, "distill", "sft-here")
+        stages.distill.run_sft(here, stages.distill.budget_sft(r.distill, len(mix)), rows=mix,
+                               model_ref=str(dd / "s1" / "base"), name="s1/sft")
+    assert (here.dir / "s1" / "sft" / "model.safetensors").read_bytes() == \
+        (dd / "s1" / "sft" / "model.safetensors").read_bytes()
     base_params = Manifest.load(chain[0] / "tiny" / "base").data["metrics"]["pretrain"]["parameters"]
     assert student["pretrain"]["parameters"] < 0.5 * base_params  # a smaller model than the teacher's base
     assert md.checkpoint == str(dd / "s1" / "sft")
@@ -541,3 +556,34 @@ def test_a_prebuilt_control_training_is_adopted_only_when_distill_rl_would_train
     job = stages.distill.control_job(r)
     assert job is not None and str(ready / "model") in job.process.args
     job.stop()
+
+
+def test_a_reward_model_trained_beside_the_other_is_the_one_trained_here(chain, tmp_path, monkeypatch):  # noqa: F811
+    """stage 4's second reward model trains in a side process while the first trains here (one thread each,
+    a core each): the stage takes it (copied in, recorded as side work), and it is the one the stage trains
+    itself, bit for bit: its preference pairs (the SFT model's on-policy answers, sampled there again) and
+    its weights."""
+    from data.datasets import load_general
+    from eval.decode import set_sample_processes
+    from stages.pipeline import prebuilt
+    from stages.pipeline.runner import stage_sample_processes
+
+    r = chain_recipe(chain, tmp_path, "rm", MICRO4)
+    init = str(r.stage_dir("stage1") / "checkpoint")  # the SFT model's stand-in: any causal LM of the chain
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    set_sample_processes(stage_sample_processes(r, "stage4"))
+    general_train, _ = load_general(r.stage4.general, r.seed)
+    with part_threads(1):
+        stage = prebuilt.scratch_stage(r, "stage4", "stage")
+        refs = stages.stage4_final.reward_models(stage, general_train, init_ref=init)
+        here = prebuilt.scratch_stage(r, "stage4", "here")  # the second model, trained in this process
+        stages.stage4_final.reward_model_step(here, "harmlessness", general_train, init_ref=init)
+    metrics = stage.manifest.data["metrics"]
+    side = metrics["side_work"]["rm_harmlessness"]
+    assert side["exit_code"] == 0 and side["during"] == "stage4.reward_models"
+    assert metrics["rm_harmlessness"]["built"] == "side work" and "built" not in metrics["rm_helpfulness"]
+    assert refs == {"helpfulness": str(stage.dir / "rm_helpfulness"), "harmlessness": str(stage.dir / "rm_harmlessness")}
+    assert not prebuilt.folder(r, "stage4-rm_harmlessness").exists()
+    for name in ("rm_harmlessness_pairs.jsonl", "rm_harmlessness/model.safetensors"):
+        assert (here.dir / name).read_bytes() == (stage.dir / name).read_bytes(), name
+    assert metrics["rm_harmlessness_on_policy_pairs"] == here.manifest.data["metrics"]["rm_harmlessness_on_policy_pairs"]

@@ -205,3 +205,44 @@ def test_core_speed_measures_one_thread_and_leaves_the_count_alone():
         assert torch.get_num_threads() == 2 and 1 < speed < 10_000  # GFLOP/s of one core: a plausible figure
     finally:
         torch.set_num_threads(CORES)
+
+
+def test_work_done_ahead_is_taken_only_when_it_is_what_the_stage_would_do(tmp_path):
+    """stages/pipeline/prebuilt.py: a side process's work is copied into the stage (merged: a student's folder
+    keeps its base; the trainers' checkpoints stay behind) with its recorded metrics, only when its recipe and
+    every dependency it recorded match the stage's; a different or unfinished one is removed, nothing copied."""
+    from stages.pipeline import prebuilt
+    from stages.pipeline.manifest import Manifest
+    from stages.pipeline.recipe import load_recipe
+    from stages.pipeline.runner import StageContext
+
+    r = load_recipe("tiny", [f"run_root={tmp_path}"])
+
+    def side(name: str, *, finished: bool = True, **depends) -> None:
+        ctx = prebuilt.scratch_stage(r, "distill", name)
+        (ctx.dir / "s1" / "sft_trainer" / "checkpoint-2").mkdir(parents=True)
+        (ctx.dir / "s1" / "sft").mkdir()
+        (ctx.dir / "s1" / "sft" / "model.safetensors").write_bytes(b"weights")
+        ctx.manifest.update_metrics(**{"sft_s1/sft": {"steps": 2}, "other": 1})
+        if finished:
+            prebuilt.finish(ctx, ["sft_s1/sft"], threads=1, **depends)
+
+    stage_dir = r.stage_dir("distill")
+    (stage_dir / "s1" / "base").mkdir(parents=True)
+    (stage_dir / "s1" / "base" / "model.safetensors").write_bytes(b"base")
+    stage = StageContext(r, "distill", stage_dir, Manifest.start(stage_dir, "distill", r), None, False)
+    for name, kw, depends in [("other-data", {"data": "abc"}, {"data": "abd"}),
+                              ("other-threads", {"data": "abc"}, {"data": "abc", "threads": 2}),
+                              ("killed", {"finished": False, "data": "abc"}, {"data": "abc"})]:
+        side(name, **kw)
+        assert prebuilt.adopt(stage, name, "a student's SFT", **{"threads": 1, **depends}) is None, name
+        assert not prebuilt.folder(r, name).exists() and not (stage_dir / "s1" / "sft").exists()
+    assert "sft_s1/sft" not in stage.manifest.data["metrics"]
+
+    side("same", data="abc")
+    assert prebuilt.adopt(stage, "same", "a student's SFT", threads=1, data="abc")["data"] == "abc"
+    assert (stage_dir / "s1" / "sft" / "model.safetensors").read_bytes() == b"weights"
+    assert (stage_dir / "s1" / "base" / "model.safetensors").read_bytes() == b"base"
+    assert not (stage_dir / "s1" / "sft_trainer").exists() and not prebuilt.folder(r, "same").exists()
+    assert stage.manifest.data["metrics"]["sft_s1/sft"] == {"steps": 2, "built": "side work"}
+    assert "other" not in stage.manifest.data["metrics"]

@@ -57,11 +57,13 @@ STAGE_PARTS: dict[str, tuple[str, ...]] = {
 
 # Side work (``stages.pipeline.threads.SideJob``): while parts of ``stage`` leave a core free, a later stage's
 # independent work runs in a second process, when that later stage runs in the same command (``r1
-# pipeline``). stage → {the later stage: ``module:function`` giving the job, or None when nothing is left to do}.
-SIDE_WORK: dict[str, dict[str, str]] = {
+# pipeline``). stage → {name: (the later stage, ``module:function`` giving the job, or None when nothing is
+# left to do)}; the name is what ``side_work`` asks for and the manifest records.
+SIDE_WORK: dict[str, dict[str, tuple[str, str]]] = {
     "stage4": {
-        "distill": "stages.distill:student_bases_job",  # the student's base needs only the corpus
-        "distill_rl": "stages.distill:control_job",  # the control's RL needs only the student's base
+        "distill": ("distill", "stages.distill:student_bases_job"),  # the student's base needs only the corpus
+        "distill_rl": ("distill_rl", "stages.distill:control_job"),  # the control's RL needs only the student's base
+        "distill_sft": ("distill", "stages.distill:student_sft_job"),  # the students' SFT needs only the SFT mix
     },
 }
 
@@ -80,7 +82,7 @@ class StageContext:
     # again (``stages/commands/findings.py``: the before-training evaluation of the same model, rows and protocol).
     reuse: dict = field(default_factory=dict)
     # Later stages' independent work, to run while parts of this stage leave a core free (:func:`side_work`):
-    # later stage → a function of the recipe that returns a started ``SideJob`` or None.
+    # the side work's name (:data:`SIDE_WORK`) → a function of the recipe that returns a started ``SideJob`` or None.
     side_work: dict[str, Callable] = field(default_factory=dict)
     # The body took a later stage's work done beside an earlier one instead of doing it (distill_rl's
     # training): ``stages.training.skeleton.begin`` treats it as finished, as for a resumed run.
@@ -118,15 +120,15 @@ def stage_sample_processes(recipe, stage: str) -> int | None:
 
 
 @contextmanager
-def side_work(ctx: StageContext, later: str, parts: tuple[str, ...], *, pending: bool = True):
+def side_work(ctx: StageContext, name: str, parts: tuple[str, ...], *, pending: bool = True):
     """``with side_work(ctx, "distill", ("sft",)):`` around those parts of the stage: when every one of them
     leaves a core free (its count in the recipe's ``threads`` is below the machine's cores) and the command runs
-    ``later`` afterwards (:attr:`StageContext.side_work`), ``later``'s independent work runs meanwhile in
-    another process (:data:`SIDE_WORK`). The block's end waits for it; a failure in the block stops it.
-    ``pending=False`` (the parts are done already and will be skipped) asks for none. The counts come from
-    the recipe, not from whether side work runs, so the stage computes the same numbers either way. The
-    manifest records what ran (``metrics.side_work.<later>``)."""
-    job, start = None, ctx.side_work.get(later)
+    the later stage the side work ``name`` serves afterwards (:attr:`StageContext.side_work`), that work runs
+    meanwhile in another process (:data:`SIDE_WORK`). The block's end waits for it; a failure in the block
+    stops it. ``pending=False`` (the parts are done already and will be skipped) asks for none. The counts
+    come from the recipe, not from whether side work runs, so the stage computes the same numbers either way.
+    The manifest records what ran (``metrics.side_work.<name>``)."""
+    job, start = None, ctx.side_work.get(name)
     counts = [part_count(ctx, p) or torch.get_num_threads() for p in parts]
     if pending and start is not None and max(counts) < cores() and is_main() and world_size() == 1:
         job = start(ctx.recipe)
@@ -137,7 +139,7 @@ def side_work(ctx: StageContext, later: str, parts: tuple[str, ...], *, pending:
             job.stop()
         raise
     if job is not None:
-        ctx.manifest.data["metrics"].setdefault("side_work", {})[later] = {
+        ctx.manifest.data["metrics"].setdefault("side_work", {})[name] = {
             **job.finish(), "during": " + ".join(f"{ctx.stage}.{p}" for p in parts)}
         ctx.manifest.save()
 
@@ -217,14 +219,14 @@ def check_threads_keys(threads: dict, sample_processes=None) -> None:
 
 def side_work_for(stage: str, later: list[str]) -> dict[str, Callable]:
     """The side work :data:`SIDE_WORK` gives ``stage`` for the stages among ``later`` (those the same
-    command runs afterwards): later stage → the function that starts it."""
+    command runs afterwards): its name → the function that starts it."""
     import importlib
 
     jobs = {}
-    for serves, where in SIDE_WORK.get(stage, {}).items():
+    for name, (serves, where) in SIDE_WORK.get(stage, {}).items():
         if serves in later:
             module, _, function = where.partition(":")
-            jobs[serves] = getattr(importlib.import_module(module), function)
+            jobs[name] = getattr(importlib.import_module(module), function)
     return jobs
 
 

@@ -147,6 +147,7 @@ class SideJob:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "R1_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
         env.pop("OMP_NUM_THREADS", None)
+        env.pop("R1_FAULT", None)  # an injected fault (data/faults.py) kills the stage's process, not its side work
         with open(self.log_path, "w", encoding="utf-8") as out:
             self.process = subprocess.Popen([sys.executable, "-m", module, *args], stdout=out,
                                             stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent)
