@@ -199,17 +199,18 @@ def _aha_lines(before: Records, after: Records, share: tuple, gap: tuple, miscon
     return lines, data
 
 
-def _intervention_lines(intervention: Mapping[str, tuple[Records, Records]], seed: int
-                        ) -> tuple[list[str], dict[str, Estimate]]:
-    """The within-model effect of checking: per model, pass@1 with checks forced − suppressed at every step
-    (eval/intervene.py), paired by problem, and how many chains of thought checked in each arm."""
+def _intervention_lines(intervention: Mapping[str | int, tuple[Records, Records]], seed: int
+                        ) -> tuple[list[str], dict[str | int, Estimate]]:
+    """The within-model effect of checking: per model (``base``, or a training seed's stage 1), pass@1 with
+    checks forced − suppressed at every step (eval/intervene.py), paired by problem, and how many chains of
+    thought checked in each arm. ``seed``: the headline's training seed."""
     lines, diffs = [], {}
     for model, (forced, suppressed) in intervention.items():
         arms = {"forced": forced, "suppressed": suppressed}
         accuracy = {arm: _share(records, lambda r: float(r["correct"])) for arm, records in arms.items()}
         diffs[model] = paired_difference(accuracy["suppressed"], accuracy["forced"], seed)
         checked = {arm: sum(r.get("recheck") not in (None, "plain") for r in records) for arm, records in arms.items()}
-        name = {"stage1": "stage 1"}.get(model, model.replace("stage1_seed", "stage 1, training seed "))
+        name = "base" if model == "base" else "stage 1" if model == seed else f"stage 1, training seed {model}"
         lines.append(_diff_line(f"{name}, one model: pass@1 with checks "
                                 f"suppressed → forced at every step", estimate(list(accuracy["suppressed"].values())),
                                 estimate(list(accuracy["forced"].values())), diffs[model])
@@ -219,13 +220,13 @@ def _intervention_lines(intervention: Mapping[str, tuple[Records, Records]], see
 
 
 def aha(runs: Mapping[int, tuple[Records, Records]], misconceptions: frozenset[str] = frozenset(),
-        intervention: Mapping[str, tuple[Records, Records]] | None = None) -> Finding:
+        intervention: Mapping[str | int, tuple[Records, Records]] | None = None) -> Finding:
     """F0. ``runs``: seed → (stage 1's held-out samples before training, after training), each labelled
     by eval/recheck.py (``recheck``: plain, rechecked, corrected). ``misconceptions``: the facts the
     base's corpus writes wrong (``data.taskworld.misconceived_facts``), to tell planted facts from the
-    model's own slips in the verification rates. ``intervention``: model (``base``, ``stage1``) → (its
-    samples with checks forced, with checks suppressed) on the same problems (``make findings``, the
-    lowest seed's models): the accuracy half is then stage 1's forced − suppressed pass@1."""
+    model's own slips in the verification rates. ``intervention``: model (``base``, or a training seed:
+    that seed's stage 1) → (its samples with checks forced, with checks suppressed) on the same problems
+    (``make findings``): the accuracy half is then the lowest seed's stage 1's forced − suppressed pass@1."""
     claim = ("R1-Zero's \"aha\" moment, at toy scale: pure RL, rewarded for correct answers only, amplifies a check "
              "routine the corpus planted (rare in the base), and checking makes the same model more often right")
     rule = (_rule("share of chains of thought with checks, after − before stage 1", +1, ACC_MARGIN) + "; and "
@@ -260,17 +261,17 @@ def aha(runs: Mapping[int, tuple[Records, Records]], misconceptions: frozenset[s
                                      (gap_d.get(seed), gap_v[seed]), misconceptions, seed)
     head = min(runs)
     seed_effects: dict[int, Estimate] = {}
-    if intervention and "stage1" in intervention:  # the intervention replaces the observational gap
+    if intervention and head in intervention:  # the intervention replaces the observational gap
         more, effects = _intervention_lines(intervention, head)
-        effect_v = verdict(effects["stage1"], +1, ACC_MARGIN)
+        effect_v = verdict(effects[head], +1, ACC_MARGIN)
         lines[1:1] = [line + (f" ({effect_v}: the judged half)" if line.startswith("stage 1, one model")
                               else " (shown)") for line in more]
-        seed_effects = {head if m == "stage1" else int(m.removeprefix("stage1_seed")): d
-                        for m, d in effects.items() if m.startswith("stage1")}
+        seed_effects = {m: d for m, d in effects.items() if m != "base"}
         lines = [line + " — shown, not judged: the intervention is" if line.startswith("after stage 1, accuracy of "
                  "checked − plain") else line for line in lines]
         finding_v[head] = combine([share_v[head], effect_v])
-        data["intervention"] = {m: d.to_dict() for m, d in effects.items()}
+        data["intervention"] = {"base": effects["base"].to_dict()} if "base" in effects else {}
+        data["intervention"]["stage1_by_seed"] = {s: d.to_dict() for s, d in seed_effects.items()}
         data["intervention_verdict"] = effect_v
     seeds = []
     if len(runs) > 1:

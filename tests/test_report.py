@@ -490,20 +490,20 @@ def test_f0_judges_checking_by_the_intervention_inside_one_model():
     problems it chose to check confound."""
     before, after = checks([0.0] * N, 0.5, 0.5), checks([0.5] * N, 0.95, 0.4)  # its own checks look great
     assert verdicts.aha({0: (before, after)}).verdict == "reproduced"  # without the intervention
-    useless = {"stage1": (arm([0.5] * N, True), arm([0.5] * N, False)),
+    useless = {0: (arm([0.5] * N, True), arm([0.5] * N, False)),
                "base": (arm([0.25] * N, True), arm([0.25] * N, False))}
     finding = verdicts.aha({0: (before, after)}, intervention=useless)
     assert finding.verdict == "not reproduced" and finding.data["intervention_verdict"] == "not reproduced"
-    assert finding.data["intervention"]["stage1"]["mean"] == 0.0
+    assert finding.data["intervention"]["stage1_by_seed"][0]["mean"] == 0.0
     assert any(line.startswith("stage 1, one model: pass@1 with checks suppressed → forced at every step: 0.500")
                and "samples with checks: 0 of 800 suppressed, 800 of 800 forced" in line and "judged" in line
                for line in finding.lines), finding.lines
     assert any(line.startswith("base, one model") and line.endswith("(shown)") for line in finding.lines)
     assert any("shown, not judged: the intervention is" in line for line in finding.lines)
-    helps = {"stage1": (arm([0.75] * N, True), arm([0.25] * N, False))}
+    helps = {0: (arm([0.75] * N, True), arm([0.25] * N, False))}
     assert verdicts.aha({0: (before, after)}, intervention=helps).verdict == "reproduced"
     # other training seeds' stage 1: shown per seed, the headline stays seed 0's
-    seeded = verdicts.aha({0: (before, after)}, intervention={**helps, "stage1_seed2": useless["stage1"]})
+    seeded = verdicts.aha({0: (before, after)}, intervention={**helps, 2: useless[0]})
     assert seeded.verdict == "reproduced"
     assert any(line.startswith("stage 1, training seed 2, one model") and line.endswith("(shown)") for line in seeded.lines)
     assert any(line.startswith("stage 1's pass@1, checks forced − suppressed: mean +0.250") and

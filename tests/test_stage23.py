@@ -187,20 +187,20 @@ def test_findings_force_and_suppress_checks_in_the_base_and_stage1(chain, tmp_pa
     run_dir = r.stage_dir("stage1").parent
     models = intervened(run_dir, r.findings.seeds)
     n_problems = json.loads((r.stage_dir("stage1") / "eval_after" / "results.json").read_text())["problems"]
-    for model in ("base", "stage1"):
+    for model in ("base", 0):
         for arm in ("forced", "suppressed"):
             samples = read_jsonl_tolerant(intervention_dir(run_dir, model, arm) / "samples.jsonl")
             assert len({s["id"] for s in samples}) == n_problems and len(samples) == n_problems * r.eval.k
             if arm == "suppressed":
                 assert not any("(" in s["completion"] or "（" in s["completion"] for s in samples)
-    stamp = (intervention_dir(run_dir, "stage1", "forced") / "samples.jsonl").stat().st_mtime_ns
-    assert run_check_intervention(r) == folders and intervention_current(run_dir, "stage1", models["stage1"])
-    assert (intervention_dir(run_dir, "stage1", "forced") / "samples.jsonl").stat().st_mtime_ns == stamp
+    stamp = (intervention_dir(run_dir, 0, "forced") / "samples.jsonl").stat().st_mtime_ns
+    assert run_check_intervention(r) == folders and intervention_current(run_dir, 0, models[0])
+    assert (intervention_dir(run_dir, 0, "forced") / "samples.jsonl").stat().st_mtime_ns == stamp
     # sampled from other weights (stage 1 trained again since): stale, not read by the report, sampled again
     record = run_dir / "findings" / "intervention" / "stage1" / "model.json"
     record.write_text(json.dumps({**json.loads(record.read_text()), "weights": "earlier weights"}))
-    assert not intervention_current(run_dir, "stage1", models["stage1"])
+    assert not intervention_current(run_dir, 0, models[0])
     assert intervention_current(run_dir, "base", models["base"])
     run_check_intervention(r)
-    assert intervention_current(run_dir, "stage1", models["stage1"])
-    assert (intervention_dir(run_dir, "stage1", "forced") / "samples.jsonl").stat().st_mtime_ns != stamp
+    assert intervention_current(run_dir, 0, models[0])
+    assert (intervention_dir(run_dir, 0, "forced") / "samples.jsonl").stat().st_mtime_ns != stamp

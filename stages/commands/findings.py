@@ -83,24 +83,26 @@ def run_findings(recipe, restart: bool = False) -> list[Path]:
     return done + run_check_intervention(recipe, restart)
 
 
-def intervened(run_dir: Path, seeds) -> dict[str, Path]:
-    """The models F0's intervention samples, by name, with their stage folders: the base, stage 1 (the
-    pipeline's, seed 0) and stage 1 of every other training seed in ``seeds`` (``stage1_seed<s>``)."""
+def intervened(run_dir: Path, seeds) -> dict[str | int, Path]:
+    """The models F0's intervention samples, with their stage folders: ``base``, and each training seed in
+    ``seeds`` for its stage 1 (seed 0: the pipeline's)."""
     run_dir = Path(run_dir)
-    return {"base": run_dir / "base", "stage1": run_dir / "stage1",
-            **{f"stage1_seed{s}": variant_dir(run_dir, s, "stage1") for s in seeds if s != 0}}
+    return {"base": run_dir / "base", 0: run_dir / "stage1",
+            **{s: variant_dir(run_dir, s, "stage1") for s in seeds if s != 0}}
 
 
-def _intervention_root(run_dir: Path, model: str) -> Path:
-    """One model's intervention: its arms' folders and ``model.json`` (the weights they were sampled from)."""
-    return Path(run_dir) / "findings" / "intervention" / model
+def _intervention_root(run_dir: Path, model: str | int) -> Path:
+    """One model's intervention (``base`` or a training seed's stage 1: ``stage1``, ``stage1_seed<s>``): its
+    arms' folders and ``model.json`` (the weights they were sampled from)."""
+    name = model if model == "base" else "stage1" if model == 0 else f"stage1_seed{model}"
+    return Path(run_dir) / "findings" / "intervention" / name
 
 
-def intervention_dir(run_dir: Path, model: str, arm: str) -> Path:
+def intervention_dir(run_dir: Path, model: str | int, arm: str) -> Path:
     return _intervention_root(run_dir, model) / arm
 
 
-def _sampled_from(run_dir: Path, model: str) -> str | None:
+def _sampled_from(run_dir: Path, model: str | int) -> str | None:
     record = _intervention_root(run_dir, model) / "model.json"
     return json.loads(record.read_text())["weights"] if record.exists() else None
 
@@ -120,13 +122,13 @@ def model_identity(stage_folder: Path) -> str | None:
     return (m.data.get("output") or {}).get("files", {}).get("model.safetensors") or str(model_ref(m))
 
 
-def intervention_current(run_dir: Path, model: str, stage_folder: Path) -> bool:
+def intervention_current(run_dir: Path, model: str | int, stage_folder: Path) -> bool:
     """Both arms of ``model`` finished, from the weights its stage folder holds now."""
     sampled_from = _sampled_from(run_dir, model)
     return sampled_from is not None and sampled_from == model_identity(stage_folder) and _arms_done(run_dir, model)
 
 
-def _arms_done(run_dir: Path, model: str) -> bool:
+def _arms_done(run_dir: Path, model: str | int) -> bool:
     from eval.intervene import ARMS
 
     return all((intervention_dir(run_dir, model, arm) / "results.json").exists() for arm in ARMS)
@@ -173,7 +175,7 @@ def run_check_intervention(recipe, restart: bool = False) -> list[Path]:
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write_json(folder / "model.json", {"model": str(path), "weights": weights})
         for arm in ARMS:
-            log.info("findings: %s with checks %s, %d held-out problems → %s", name, arm, len(rows),
+            log.info("findings: %s with checks %s, %d held-out problems → %s", folder.name, arm, len(rows),
                      intervention_dir(run_dir, name, arm))
             held_out(recipe, rows, model=model, tokenizer=tokenizer, out_dir=intervention_dir(run_dir, name, arm),
                      template="r1_zero", progress=True, logits_processor=[CheckIntervention(tokenizer, arm)])
