@@ -563,15 +563,15 @@ def test_a_reward_model_trained_beside_the_other_is_the_one_trained_here(chain, 
     a core each): the stage takes it (copied in, recorded as side work), and it is the one the stage trains
     itself, bit for bit: its preference pairs (the SFT model's on-policy answers, sampled there again) and
     its weights."""
+    import eval.decode
     from data.datasets import load_general
-    from eval.decode import set_sample_processes
     from stages.pipeline import prebuilt
     from stages.pipeline.runner import stage_sample_processes
 
     r = chain_recipe(chain, tmp_path, "rm", MICRO4)
     init = str(r.stage_dir("stage1") / "checkpoint")  # the SFT model's stand-in: any causal LM of the chain
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    set_sample_processes(stage_sample_processes(r, "stage4"))
+    monkeypatch.setattr(eval.decode, "_sample_processes", stage_sample_processes(r, "stage4"))  # as the stage sets it
     general_train, _ = load_general(r.stage4.general, r.seed)
     with part_threads(1):
         stage = prebuilt.scratch_stage(r, "stage4", "stage")
