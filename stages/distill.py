@@ -34,7 +34,7 @@ from stages.pipeline import prebuilt
 from stages.pipeline.common import is_main, load_tokenizer, run_once, save_model_atomically, world_size
 from stages.pipeline.manifest import MANIFEST_NAME, Manifest, ManifestError, hash_checkpoint, sha256_file
 from stages.pipeline.recipe import load_recipe
-from stages.pipeline.runner import StageContext, model_ref, stage_part, stage_sample_processes, stage_threads
+from stages.pipeline.runner import model_ref, stage_part, stage_sample_processes, stage_threads
 from stages.pipeline.threads import SideJob, fix_threads, fixed_threads
 from stages.release import register_release, release_path
 from stages.release import student_recipe as _student_recipe
@@ -324,7 +324,7 @@ def _adopt_prebuilt(recipe, student, threads: int, target: Path) -> dict | None:
 
 
 def control_prebuilt_dir(recipe, name: str) -> Path:
-    return recipe.stage_dir("distill").parent / ".prebuilt" / f"distill_rl-{name}"
+    return prebuilt.folder(recipe, f"distill_rl-{name}")
 
 
 def control_job(recipe) -> SideJob | None:
@@ -382,11 +382,8 @@ def _prebuild_control(recipe_json: Path, base: str) -> None:
     threads = fix_threads(None)["threads"]  # R1_THREADS, set by the SideJob
     set_sample_processes(stage_sample_processes(recipe, "distill_rl"))  # as distill_rl samples: the same draws
     name = control_student(recipe)
+    ctx = prebuilt.scratch_stage(recipe, "distill_rl", f"distill_rl-{name}")  # a stale or half-trained one removed
     folder = control_prebuilt_dir(recipe, name)
-    shutil.rmtree(folder, ignore_errors=True)  # a stale or half-trained one
-    run = folder / "run"
-    run.mkdir(parents=True)
-    ctx = StageContext(recipe, "distill_rl", run, Manifest.start(run, "distill_rl", recipe), None, False)
     train_rows, _, source = load_rows(recipe.data.train, recipe)
     run_rl(ctx, recipe.distill.control, train_rows=train_rows, eval_rows=[], build_prompt=chat_prompt,
            model_ref=base, data_name=source, data_source=source, eval_template=EVAL_TEMPLATE, held_out=False)

@@ -25,9 +25,10 @@ INFO = "build.json"
 NOT_COPIED = (MANIFEST_NAME, "stage.log")  # the scratch stage's own records; its outputs are copied
 
 
-def _scratch(_folder: str, names: list[str]) -> list[str]:
-    """What is not copied: the trainers' checkpoint folders (``*trainer``), hidden files."""
-    return [n for n in names if n.endswith("trainer") or n.startswith(".")]
+def _not_copied(_folder: str, names: list[str]) -> list[str]:
+    """What is not copied: the scratch stage's records, the trainers' checkpoint folders (``*trainer``),
+    hidden files."""
+    return [n for n in names if n in NOT_COPIED or n.endswith("trainer") or n.startswith(".")]
 
 
 def folder(recipe, name: str) -> Path:
@@ -84,14 +85,8 @@ def adopt(ctx: StageContext, name: str, what: str, **depends) -> dict | None:
                                          "doing it here", what, where)
         shutil.rmtree(where, ignore_errors=True)
         return None
-    for item in (where / "run").iterdir():  # merged into the stage folder (a student's folder holds its base)
-        if item.name in NOT_COPIED or _scratch("", [item.name]):
-            continue
-        dest = Path(ctx.dir) / item.name
-        if item.is_dir():
-            shutil.copytree(item, dest, ignore=_scratch, dirs_exist_ok=True)
-        else:
-            shutil.copy2(item, dest)
+    # merged into the stage folder (a student's folder holds its base)
+    shutil.copytree(where / "run", ctx.dir, ignore=_not_copied, dirs_exist_ok=True)
     ctx.manifest.update_metrics(**{k: {**v, "built": "side work"} if isinstance(v, dict) else v
                         for k, v in info["metrics"].items()})
     shutil.rmtree(where, ignore_errors=True)
