@@ -8,7 +8,7 @@ R1 := .venv/bin/r1
 STAMP := .venv/.installed-$(shell cat pyproject.toml constraints/cpu.txt | sha256sum | cut -c1-12)
 RUN_FLAGS := --recipe $(RECIPE) $(if $(RESUME),--resume) $(if $(RESTART),--restart) $(foreach s,$(SET),--set $(s))
 
-.PHONY: help setup setup-gpu setup-vllm test faults test-all lint base rebuild-base compare-losses stage1 stage2 stage3 stage4 distill distill-rl eval findings passk report pipeline status clean
+.PHONY: help setup setup-gpu setup-vllm test faults test-all lint base rebuild-base compare-losses stage1 stage2 stage3 stage4 distill distill-rl eval findings passk verifying-world report pipeline status clean
 
 help:
 	@grep -E '^[a-z0-9-]+:.*## ' Makefile | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -111,6 +111,9 @@ findings: setup ## after the pipeline: the extra seeds and variants every verdic
 passk: setup ## after the pipeline: pass@k for k = 1 … 64 of the base and every stage (the reasoning boundary), then the report
 	$(R1) passk --recipe $(RECIPE) $(foreach s,$(SET),--set $(s))
 	$(R1) report runs/$(RECIPE)
+
+verifying-world: setup ## the moonshot's world: its own base from scratch, stage 1 for 3 seeds, own slips caught (runs/verifying)
+	$(PY) scripts/verifying_world.py $(foreach s,$(SET),--set $(s))
 
 report: setup ## write runs/$(RECIPE)/report/report.md: every stage's results, curves, findings
 	$(R1) report runs/$(RECIPE)

@@ -33,3 +33,34 @@ def test_the_check_intervention_runs_only_on_a_base_whose_corpus_writes_checks(t
         caplog.clear()
         assert run_check_intervention(load_recipe("tiny", [f"run_root={tmp_path}", *sets])) == []
         assert ("no check intervention" in caplog.text) == skipped, (sets, caplog.text)
+
+
+def test_the_verifying_world_is_the_tiny_recipe_with_its_five_corpus_settings_and_counts_own_slips(tmp_path):
+    """scripts/verifying_world.py (`make verifying-world`): its settings are recipe fields (a renamed field
+    fails to load), its base is built, not registered, and its table counts the model's own slips caught by
+    the checks each seed's stage 1 writes, the base's row from stage 1's evaluation before training."""
+    import json
+
+    from scripts.verifying_world import recipe_for, table
+
+    recipe = recipe_for(tmp_path, [])
+    corpus = recipe.base.corpus
+    assert recipe.base.release is None
+    assert (corpus.chat_direct, corpus.direct, corpus.template_direct, corpus.slip, corpus.check_form) == \
+        (0.08, 0.05, 0.19, 0.6, "compare_first")
+    run = recipe.stage_dir("base").parent
+    samples = {
+        run / "stage1" / "eval_before": [{"id": "p1", "correct": False, "recheck": "plain", "completion": " <think> 8+4=13 write 3 </think>"}],
+        run / "stage1" / "eval_after": [
+            {"id": "p1", "correct": True, "recheck": "corrected", "completion": " <think> 8+4=13 (check 13-4=9 vs 8 not; wait, 8+4=12) write 2 </think>"},
+            {"id": "p2", "correct": False, "recheck": "rechecked", "completion": " <think> 18-6=9 (check 9+6=15 vs 18 ok) write 9 </think>"}],
+    }
+    for folder, records in samples.items():
+        folder.mkdir(parents=True)
+        (folder / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    text, data = table(run, [0, 1])
+    base, seed0, seed1 = text.splitlines()[2:]
+    assert "| 0 of 1 | none read |" in base
+    assert "| 2 of 2 | 1 of 2, 50.0%" in seed0, seed0
+    assert data["stage 1, training seed 0"]["verification"]["own caught"]["hits"] == 1
+    assert "not run" in seed1
