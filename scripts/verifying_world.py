@@ -21,7 +21,6 @@ Not the default world: its stage 1 alone comes within a few points of the ceilin
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -52,6 +51,13 @@ def train(recipe, seeds: list[int]) -> None:
                   stage_dir=variant_dir(run_dir, seed, "stage1"), parent_dir=recipe.stage_dir("base"), reuse=reuse)
 
 
+def _rate(verification: dict, key: str) -> str:
+    e = verification.get(key)
+    if not e or not e["n"]:
+        return "none read"
+    return f"{e['hits']} of {e['n']}, {e['mean']:.1%} [{e['lo']:.1%}, {e['hi']:.1%}]"
+
+
 def table(run_dir: Path, seeds: list[int]) -> tuple[str, dict]:
     """The markdown table of the base (stage 1's ``eval_before``) and each seed's stage 1 (``eval_after``)."""
     from eval.stats import estimate, per_problem
@@ -71,15 +77,8 @@ def table(run_dir: Path, seeds: list[int]) -> tuple[str, dict]:
         acc = estimate(list(per_problem(records).values()))  # bootstrap over problems, as the report's
         checked = sum(r.get("recheck") in ("rechecked", "corrected") for r in records)  # eval/runner.py's labels
         _, v = _verification_lines(name, records, misconceptions, 0)
-
-        def rate(key: str) -> str:
-            e = v.get(key)
-            if not e or not e["n"]:
-                return "none read"
-            return f"{e['hits']} of {e['n']}, {e['mean']:.1%} [{e['lo']:.1%}, {e['hi']:.1%}]"
-
-        rows.append(f"| {name} | {acc.fmt()} | {checked} of {len(records)} | {rate('own caught')} | "
-                    f"{rate('planted caught')} | {rate('rubber stamps')} | {rate('false alarms')} |")
+        rows.append(f"| {name} | {acc.fmt()} | {checked} of {len(records)} | {_rate(v, 'own caught')} | "
+                    f"{_rate(v, 'planted caught')} | {_rate(v, 'rubber stamps')} | {_rate(v, 'false alarms')} |")
         data[name] = {"pass@1": acc.to_dict(), "checked": checked, "samples": len(records), "verification": v}
     head = ("| model | pass@1 | samples with checks | own slips caught | planted facts caught | rubber stamps "
             "(of the \"ok\"s) | false alarms (of the right steps checked) |\n|---|---|---|---|---|---|---|")
