@@ -32,7 +32,7 @@ from data.templates import chat_user_message, training_chat_template
 from eval.decode import set_sample_processes
 from stages.pipeline import prebuilt
 from stages.pipeline.common import is_main, load_tokenizer, run_once, save_model_atomically, world_size
-from stages.pipeline.manifest import MANIFEST_NAME, Manifest, ManifestError, hash_checkpoint, sha256_file
+from stages.pipeline.manifest import Manifest, ManifestError, hash_checkpoint, sha256_file
 from stages.pipeline.recipe import load_recipe
 from stages.pipeline.runner import model_ref, stage_part, stage_sample_processes, stage_threads
 from stages.pipeline.threads import SideJob, fix_threads, fixed_threads
@@ -313,14 +313,15 @@ def _adopt_prebuilt(recipe, student, threads: int, target: Path) -> dict | None:
     return {**info["stats"], "threads": threads, "built": "beside stage4.sft (side work)"}
 
 
-# -- Side work: the control's training, beside stage 4's reward models and final RL -------------------
+# -- Side work: the control's training, beside stage 4 -------------------------------------------------
 # distill_rl's GRPO needs only the student's base and the training prompts, not stage 4 or distill's
-# student; its "before" is distill's evaluation of the base. So `r1 pipeline` trains it beside stage 4's
-# reward models and final RL (which run on one of the stage's threads: the recipe's threads), in a process
-# on distill_rl's own thread count (the recipe's cap for it), into .prebuilt/distill_rl-<student>/run.
-# distill_rl adopts it only when it was trained from the same recipe (its hash), the same base (the hash
-# of its files) and on the thread count distill_rl runs on: the same weights, bit for bit, as training it
-# in the stage; then it only evaluates. Otherwise it trains as it always did.
+# student; its "before" is distill's evaluation of the base. So `r1 pipeline` trains it beside the first
+# part of stage 4 that leaves a core free once the student's base exists (the SFT, for a released base), in a
+# process on distill_rl's own thread count (the recipe's cap for it), into .prebuilt/distill_rl-<student>/run
+# (stages/pipeline/prebuilt.py). distill_rl adopts it only when it was trained from the same recipe (its
+# hash), the same base (the hash of its files) and on the thread count distill_rl runs on: the same
+# weights, bit for bit, as training it in the stage; then it only evaluates. Otherwise it trains as it
+# always did.
 
 
 def control_prebuilt_dir(recipe, name: str) -> Path:
@@ -341,7 +342,7 @@ def control_job(recipe) -> SideJob | None:
     spec = next(s for s in recipe.distill.students if s.name == name)
     if spec.pretrained or _control_trained(recipe):
         return None
-    done = control_prebuilt_dir(recipe, name) / PREBUILT_INFO
+    done = control_prebuilt_dir(recipe, name) / prebuilt.INFO
     if done.is_file() and json.loads(done.read_text(encoding="utf-8")).get("recipe_hash") == recipe.hash():
         return None  # trained beside an earlier part of the stage already
     base = side_student_base(recipe, spec)
@@ -383,44 +384,29 @@ def _prebuild_control(recipe_json: Path, base: str) -> None:
     set_sample_processes(stage_sample_processes(recipe, "distill_rl"))  # as distill_rl samples: the same draws
     name = control_student(recipe)
     ctx = prebuilt.scratch_stage(recipe, "distill_rl", f"distill_rl-{name}")  # a stale or half-trained one removed
-    folder = control_prebuilt_dir(recipe, name)
     train_rows, _, source = load_rows(recipe.data.train, recipe)
     run_rl(ctx, recipe.distill.control, train_rows=train_rows, eval_rows=[], build_prompt=chat_prompt,
            model_ref=base, data_name=source, data_source=source, eval_template=EVAL_TEMPLATE, held_out=False)
-    atomic_write_json(folder / PREBUILT_INFO, {  # last: the training is complete
-        "recipe_hash": recipe.hash(), "threads": threads, "base": hash_checkpoint(Path(base)),
-        "train": ctx.manifest.data["metrics"]["train"], "input_data": ctx.manifest.data["inputs"]["data"]})
+    prebuilt.finish(ctx, ["train"], threads=threads, base=hash_checkpoint(Path(base)),  # last: the training is complete
+                    input_data=ctx.manifest.data["inputs"]["data"])
 
 
 def _adopt_control(ctx, name: str, base: str) -> bool:
-    """Take the control's training done beside stage 4, if it is the one this stage would do: its files
-    copied in, its record in the manifest, ``ctx.adopted``. False (and the prebuilt folder removed) if there is
-    none, or a partial or different one."""
-    recipe, m = ctx.recipe, ctx.manifest
-    folder = control_prebuilt_dir(recipe, name)
-    info_path = folder / PREBUILT_INFO
-    info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else None
+    """Take the control's training done beside stage 4, if it is the one this stage would do
+    (``prebuilt.adopt``: same recipe, thread count and base): its files copied in, its record and inputs in
+    the manifest, ``ctx.adopted``. False (and the prebuilt folder removed) if there is none, or a partial or
+    different one."""
     threads = torch.get_num_threads()
-    current = (info is not None and info["recipe_hash"] == recipe.hash() and info["threads"] == threads
-               and (folder / "run" / "checkpoint").is_dir() and info["base"] == hash_checkpoint(Path(base)))
-    if not current:
-        if folder.exists():
-            log.info("distill_rl: %s holds no complete training of this recipe and base on %d thread(s); "
-                     "training here", folder, threads)
-        shutil.rmtree(folder, ignore_errors=True)
+    info = prebuilt.adopt(ctx, f"distill_rl-{name}", "distill_rl: the control's training", threads=threads,
+                          base=hash_checkpoint(Path(base)))
+    if info is None:
         return False
-    for item in (folder / "run").iterdir():  # copied, not moved: a run killed here copies again
-        if item.name in (MANIFEST_NAME, "stage.log", "trainer") or item.name.startswith("."):
-            continue
-        dest = ctx.dir / item.name
-        shutil.rmtree(dest, ignore_errors=True) if dest.is_dir() else dest.unlink(missing_ok=True)
-        (shutil.copytree if item.is_dir() else shutil.copy2)(item, dest)
+    m = ctx.manifest
     for d in info["input_data"]:
         m.add_input_data(d["name"], d["source"], d["rows_used"], d["rows_skipped"], d["sha256"])
     m.set_input_model(base)
-    m.update_metrics(train={**info["train"], "built": "beside stage4 (side work)", "threads": threads})
+    m.update_metrics(train={**m.data["metrics"]["train"], "threads": threads})
     ctx.adopted = True
-    shutil.rmtree(folder, ignore_errors=True)
     log.info("distill_rl: the control's training done beside stage 4 (%d thread(s)), adopted", threads)
     return True
 

@@ -267,7 +267,7 @@ def test_stage4_then_distillation(chain, tmp_path, scripted, control_calls, monk
     dc = r.stage_dir("distill_rl")
     assert mc.status == "complete" and mc.data["metrics"]["train"]["steps"] == 2
     # its training was done beside stage 4, and is the same, bit for bit, as training it here
-    assert mc.data["metrics"]["train"]["built"] == "beside stage4 (side work)" and not control_folder.exists()
+    assert mc.data["metrics"]["train"]["built"] == "side work" and not control_folder.exists()
     assert mc.verify_checkpoint() == []
     adopted = {name: (dc / name).read_bytes() for name in ("checkpoint/model.safetensors", "metrics.jsonl")}
     trained = run_stage(r, "distill_rl", stages.distill.run_control, restart=True)
@@ -505,8 +505,8 @@ def test_a_prebuilt_control_training_is_adopted_only_when_distill_rl_would_train
         (folder / "run" / "checkpoint" / "model.safetensors").write_bytes(b"trained")
         (folder / "run" / "metrics.jsonl").write_text('{"step": 1}\n')
         (folder / "run" / "trainer").mkdir()
-        info = {"recipe_hash": r.hash(), "threads": 1, "base": hash_checkpoint(base), "train": {"steps": 2},
-                "input_data": inputs, **changes}
+        info = {"recipe_hash": r.hash(), "threads": 1, "base": hash_checkpoint(base), "input_data": inputs,
+                "metrics": {"train": {"steps": 2}}, **changes}
         (folder / "build.json").write_text(json.dumps(info))
 
     def adopt() -> StageContext | None:
@@ -529,7 +529,7 @@ def test_a_prebuilt_control_training_is_adopted_only_when_distill_rl_would_train
     assert (ctx.dir / "checkpoint" / "model.safetensors").read_bytes() == b"trained"
     assert (ctx.dir / "metrics.jsonl").is_file() and not (ctx.dir / "trainer").exists()
     m = ctx.manifest
-    assert m.data["metrics"]["train"] == {"steps": 2, "built": "beside stage4 (side work)", "threads": 1}
+    assert m.data["metrics"]["train"] == {"steps": 2, "built": "side work", "threads": 1}
     assert m.data["inputs"]["data"] == inputs and m.data["inputs"]["model"]["files"] == hash_checkpoint(base)
     assert begin(ctx, key="train", final=ctx.dir / "checkpoint", trainer_dir=ctx.dir / "trainer").done
 

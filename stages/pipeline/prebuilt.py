@@ -5,8 +5,8 @@ manifest) and writes ``build.json`` last, holding what the work depended on: the
 count, the hashes of its input model and data. The stage that needs the work takes it (:func:`adopt`) only
 when every one of those is what it would use itself, so that the files it copies in are the ones it would
 have written, bit for bit (one thread, seeded); anything else is removed and the stage does the work itself.
-Users: stage 4's second reward model, distill's students' SFT (and distill's own side work, older, in
-``stages/distill.py``).
+Users: stage 4's second reward model, distill's students' SFT, distill_rl's control (the student's base,
+built beside stage 4's SFT where it is not released, keeps its own record in ``stages/distill.py``).
 """
 
 from __future__ import annotations
