@@ -96,6 +96,6 @@ VLLM_BASE = [
     "base.architecture.num_attention_heads=2", "base.architecture.num_key_value_heads=2",
     "base.architecture.intermediate_size=128", "base.pretrain.steps=80", "base.pretrain.batch_size=32",
     "base.pretrain.warmup_steps=10", "base.pretrain.log_every=50", "base.pretrain.learning_rate=1e-2",
-    "base.pretrain.bf16_autocast=false",
+    "base.pretrain.bf16_autocast=false",  # fp32 on every CPU: under bf16 autocast an EPYC drew a base whose greedy answers end at once
     "task_world.n_train=200", "data.test.limit=20", "eval.k=2", "eval.max_new_tokens=32", "eval.benchmarks=[]",
 ]
