@@ -42,8 +42,14 @@ def test_a_busy_neighbour_changes_nothing_but_is_recorded(spinning_neighbour):
     assert fix_threads(1)["threads"] == 1 == torch.get_num_threads()
 
 
-def test_this_process_own_work_is_not_counted_as_a_neighbour():
+def test_this_process_own_work_is_not_counted_as_a_neighbour(monkeypatch):
+    """Its own time counts every thread of the process (a busy torch or sampler thread is ours), and that
+    time is taken out of the machine's. Split in two so that the suite's other lane, whose load moves
+    between any two real readings, cannot make it fail: this process's own time is read for real, the
+    subtraction on a stood-in /proc/stat and clock."""
     import threading
+
+    import stages.pipeline.threads as threads
 
     stop = threading.Event()
 
@@ -51,14 +57,28 @@ def test_this_process_own_work_is_not_counted_as_a_neighbour():
         while not stop.is_set():
             sum(range(1000))
 
-    baseline = busy_elsewhere(0.5)  # whatever else the machine runs meanwhile
+    _, own0 = threads._busy_and_own()
+    t0 = time.monotonic()
     t = threading.Thread(target=spin)
     t.start()
     try:
-        assert busy_elsewhere(0.5) < baseline + 0.4  # our own busy thread is ours, not a neighbour
+        time.sleep(0.5)  # the main thread idles: the time counted is the spinning thread's
     finally:
         stop.set()
         t.join()
+    _, own1 = threads._busy_and_own()
+    assert own1 - own0 > 0.3 * (time.monotonic() - t0)  # a core shared with the other lane still gives it > 0.3
+
+    clock, machine = [0.0], [0.0]
+
+    def sleep(dt):  # the machine busy on one core for each second, all of it this process's
+        clock[0] += dt
+        machine[0] += dt
+
+    monkeypatch.setattr(threads, "_busy_and_own", lambda: (machine[0], machine[0]))
+    monkeypatch.setattr(threads.time, "sleep", sleep)
+    monkeypatch.setattr(threads.time, "monotonic", lambda: clock[0])
+    assert busy_elsewhere(0.6) == 0.0
 
 
 def test_r1_threads_fixes_the_count_and_bad_values_are_refused(monkeypatch, spinning_neighbour):
